@@ -1,0 +1,1 @@
+"""The launcher: CLI, recipe composition, planning, executors and the in-allocation entry."""

@@ -1,0 +1,175 @@
+"""`jobs`: submit recipe stages and query the lineage store.
+
+Only the standard library and YAML are imported at start; each command imports what it needs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_STORE = "~/.jobs"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other bad input
+        sys.stderr.write(f"jobs: error: {message} (see `{self.prog} --help`)\n")
+        raise SystemExit(2)
+
+
+def store_path(args: argparse.Namespace) -> Path:
+    return Path(args.store or os.environ.get("JOBS_HOME") or DEFAULT_STORE).expanduser()
+
+
+def open_store(args: argparse.Namespace, create: bool = False):
+    from lineage import Store
+
+    return Store.open(store_path(args), create=create)
+
+
+# ---- commands -------------------------------------------------------------------------------
+def cmd_submit(args: argparse.Namespace) -> int:
+    from jobs import executors
+    from jobs.plan import make_plan, record
+    from lineage import Store
+
+    executor = executors.get(args.executor)
+    store = Store(store_path(args))
+    plan = make_plan(store, args.recipe, args.stage, args.overrides, args.input, executor.name)
+    store = Store.open(store.root, create=True)
+    store.ensure_writable()
+    run_ids = record(store, plan)
+    print(f"recorded {len(run_ids)} run(s) in {store.root}")
+    ok = executor.run_chain(store, run_ids)
+    return 0 if ok else 1
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from jobs import show
+
+    idx = open_store(args).index()
+    show.print_runs(idx.runs(recipe=args.recipe, stage=args.stage, limit=args.limit))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from jobs import show
+
+    store = open_store(args)
+    idx = store.index()
+    if args.id.startswith("art_") or ":" in args.id:
+        show.print_artifact(store, idx, store.resolve_artifact(args.id))
+    else:
+        show.print_run(store, idx, idx.resolve_run(args.id))
+    return 0
+
+
+def cmd_artifacts(args: argparse.Namespace) -> int:
+    from jobs import show
+
+    idx = open_store(args).index()
+    show.print_artifacts(idx, idx.artifacts(recipe=args.recipe, kind=args.kind))
+    return 0
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    from jobs import show
+
+    store = open_store(args)
+    idx = store.index()
+    print(show.lineage(store, idx, store.resolve_artifact(args.id), args.format))
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    import time
+
+    store = open_store(args)
+    t0 = time.perf_counter()
+    if args.rebuild:
+        from lineage.index import Index
+
+        Index(store).rebuild()
+    else:
+        store.index()
+    print(f"index {'rebuilt' if args.rebuild else 'synced'} in {time.perf_counter() - t0:.2f} s: {store.root / 'index.sqlite'}")
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    from jobs import recipes
+
+    for name in recipes.available():
+        r = recipes.load(name)
+        print(f"{name:<8} {r.description}")
+        for s in r.stages.values():
+            ins = ", ".join(f"{i.role}<-{i.stage}.{i.output}" for i in s.inputs) or "-"
+            outs = ", ".join(f"{k}:{v}" for k, v in s.outputs.items())
+            print(f"  {s.name:<9} in: {ins}\n  {'':<9} out: {outs}")
+    return 0
+
+
+# ---- parser ---------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="jobs", description="Run post-training stages as batch jobs, with artifact lineage.")
+    p.add_argument("--store", help=f"lineage store folder (default: $JOBS_HOME or {DEFAULT_STORE})")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("submit", help="compose, record and run a recipe's stage(s)")
+    s.add_argument("recipe")
+    s.add_argument("--stage", required=True, help="a stage, a comma list, or 'all'")
+    s.add_argument("--executor", default="local", help="local (default)")
+    s.add_argument("--input", action="append", default=[], metavar="ROLE=ART",
+                   help="use this artifact (art_… or NAME:latest|vN) for an input role; STAGE.ROLE=… for one stage")
+    s.add_argument("overrides", nargs="*", help="Hydra overrides: sft.lr=1e-4 +x.y=1 ~x")
+    s.set_defaults(func=cmd_submit)
+
+    s = sub.add_parser("list", help="runs, newest first")
+    s.add_argument("--recipe")
+    s.add_argument("--stage")
+    s.add_argument("--limit", type=int, default=50)
+    s.set_defaults(func=cmd_list)
+
+    s = sub.add_parser("show", help="a run's or an artifact's record")
+    s.add_argument("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN")
+    s.set_defaults(func=cmd_show)
+
+    s = sub.add_parser("artifacts", help="registered artifacts")
+    s.add_argument("--recipe")
+    s.add_argument("--kind")
+    s.set_defaults(func=cmd_artifacts)
+
+    s = sub.add_parser("lineage", help="an artifact's ancestry and descendants")
+    s.add_argument("id")
+    s.add_argument("--format", choices=["text", "mermaid", "dot"], default="text")
+    s.set_defaults(func=cmd_lineage)
+
+    s = sub.add_parser("index", help="bring the SQLite index up to date with the records")
+    s.add_argument("--rebuild", action="store_true", help="drop it and read every record again")
+    s.set_defaults(func=cmd_index)
+
+    s = sub.add_parser("recipes", help="recipes and their stages")
+    s.set_defaults(func=cmd_recipes)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jobs.errors import JobsError
+    from lineage.errors import LineageError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (JobsError, LineageError) as e:
+        sys.stderr.write(f"jobs: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("jobs: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""What a stage sees: its resolved config, its inputs as local paths, where to write, how to log.
+
+Stages share this contract, not a base class: `run(ctx) -> {output_name: directory}`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass
+class Distributed:
+    """The torch.distributed / Ray contract, read from Slurm's variables (or one local process)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    nodes: list[str] = field(default_factory=list)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class StageContext:
+    run_id: str
+    recipe: str
+    stage: str
+    config: dict[str, Any]
+    inputs: dict[str, Path]
+    run_dir: Path
+    dist: Distributed = field(default_factory=Distributed)
+    attempt: int = 1
+    #: Set by the entry when Slurm warns of preemption or the time limit: checkpoint and return.
+    should_stop: Callable[[], bool] = lambda: False
+    _metrics: dict[str, Any] = field(default_factory=dict)
+    _trackers: list[Any] = field(default_factory=list)
+
+    def input(self, role: str) -> Path:
+        if role not in self.inputs:
+            raise KeyError(f"stage {self.stage} has no input {role!r} (inputs: {', '.join(self.inputs)})")
+        return self.inputs[role]
+
+    def output_dir(self, name: str) -> Path:
+        """A fresh folder for output `name`. A folder an earlier attempt left behind is writable again."""
+        path = self.run_dir / "outputs" / name
+        if path.exists():
+            for dirpath, _, filenames in os.walk(path):
+                for p in [dirpath, *(os.path.join(dirpath, f) for f in filenames)]:
+                    os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Survives requeues: the same folder for every attempt of this run."""
+        path = self.run_dir / "checkpoints"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def add_tracker(self, tracker: Any) -> None:
+        """Anything with `log(metrics: dict, step: int)` receives every ctx.log call."""
+        self._trackers.append(tracker)
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        """Append to metrics.jsonl (rank 0 only), keep the last value of each, forward to trackers."""
+        if not self.dist.is_main:
+            return
+        self._metrics.update(metrics)
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "time": time.time(), **metrics}, sort_keys=True) + "\n")
+        for tracker in self._trackers:
+            tracker.log(metrics, step)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return dict(self._metrics)

@@ -1,0 +1,136 @@
+"""CLI words -> a Plan: composed configs, resolved inputs, code and environment, per stage.
+
+Nothing here writes to the store: every error a user can cause is raised before a record exists.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from dataclasses import dataclass, field
+
+from jobs import recipes
+from jobs.errors import InputError, RecipeError
+from lineage import Store
+from lineage.errors import LineageError
+from lineage.records import canonical_json
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    recipe: str
+    stage: str
+    module: str
+    config: dict
+    inputs: dict[str, str]                  # role -> artifact ID, resolved now
+    upstream: dict[str, tuple[str, str]]    # role -> (stage, output) of a stage in this same submission
+    input_kinds: dict[str, str]
+    outputs: dict[str, str]                 # output name -> artifact kind
+    resources: dict
+    container: str | None
+    ray: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: str
+    executor: str
+    stages: list[StagePlan]
+    code: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+
+
+def parse_inputs(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        role, sep, value = pair.partition("=")
+        if not sep or not role or not value:
+            raise InputError(f"bad --input {pair!r}: expected ROLE=ARTIFACT (an art_… ID or NAME:latest)")
+        out[role] = value
+    return out
+
+
+def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[str],
+              inputs: list[str], executor: str) -> Plan:
+    from jobs.provenance import code_state, python_env
+
+    recipe = recipes.load(recipe_name)
+    selected = recipe.select(stage_sel)
+    if not selected:
+        raise RecipeError(f"no stage selected by {stage_sel!r} (stages: {', '.join(recipe.stages)})")
+    explicit = parse_inputs(inputs)
+    names = {s.name for s in selected}
+    _check_explicit_roles(explicit, selected)
+    routed = recipes.split_overrides(overrides, [s.name for s in selected])
+
+    plans = []
+    for spec in selected:
+        if importlib.util.find_spec(spec.module) is None:
+            raise RecipeError(f"stage {recipe.name}/{spec.name}: module {spec.module} is not installed")
+        resolved, upstream = {}, {}
+        for inp in spec.inputs:
+            given = explicit.get(f"{spec.name}.{inp.role}", explicit.get(inp.role))
+            if given is not None:
+                resolved[inp.role] = _resolve(store, given, inp)
+            elif inp.stage in names:
+                upstream[inp.role] = (inp.stage, inp.output)
+            else:
+                alias = f"{recipe.name}/{inp.stage}/{inp.output}:latest"
+                try:
+                    resolved[inp.role] = _resolve(store, alias, inp)
+                except LineageError:
+                    raise InputError(
+                        f"stage {spec.name} needs input {inp.role} ({inp.kind}) and no {alias} exists: "
+                        f"run `jobs submit {recipe.name} --stage {inp.stage}` first or pass --input {inp.role}=ART"
+                    ) from None
+        plans.append(StagePlan(
+            recipe=recipe.name, stage=spec.name, module=spec.module,
+            config=recipes.compose(recipe, spec.name, routed[spec.name]),
+            inputs=resolved, upstream=upstream,
+            input_kinds={i.role: i.kind for i in spec.inputs},
+            outputs=dict(spec.outputs), resources=dict(spec.resources),
+            container=spec.container, ray=spec.ray,
+        ))
+    return Plan(recipe=recipe.name, executor=executor, stages=plans, code=code_state(), environment=python_env())
+
+
+def _check_explicit_roles(explicit: dict[str, str], selected: list) -> None:
+    for key in explicit:
+        stage, _, role = key.rpartition(".")
+        ok = any((not stage or s.name == stage) and any(i.role == role for i in s.inputs) for s in selected)
+        if not ok:
+            roles = sorted({f"{s.name}.{i.role}" for s in selected for i in s.inputs})
+            raise InputError(f"--input {key}: no selected stage takes that input (inputs: {', '.join(roles) or 'none'})")
+
+
+def _resolve(store: Store, text: str, inp: recipes.InputSpec) -> str:
+    art_id = store.resolve_artifact(text)
+    kind = store.artifact(art_id)["kind"]
+    if kind != inp.kind:
+        raise InputError(f"input {inp.role} must be a {inp.kind} artifact, but {text} is a {kind}")
+    return art_id
+
+
+def run_key(spec: dict) -> str:
+    """The identity of what a run computes: same key, same outputs expected."""
+    keyed = {k: spec.get(k) for k in ("recipe", "stage", "module", "config", "inputs")}
+    keyed["code"] = {k: spec["code"].get(k) for k in ("git_sha", "diff_digest")}
+    keyed["environment"] = spec["environment"].get("digest")
+    return "sha256:" + hashlib.sha256(canonical_json(keyed)).hexdigest()
+
+
+def record(store: Store, plan: Plan) -> list[str]:
+    """Write one QUEUED run record per stage; downstream stages point at their upstream run IDs."""
+    run_ids: dict[str, str] = {}
+    for sp in plan.stages:
+        spec = {
+            "recipe": sp.recipe, "stage": sp.stage, "module": sp.module, "config": sp.config,
+            "inputs": sp.inputs,
+            "pending_inputs": {role: {"run": run_ids[st], "output": out} for role, (st, out) in sp.upstream.items()},
+            "input_kinds": sp.input_kinds, "outputs": sp.outputs, "resources": sp.resources,
+            "container": sp.container, "ray": sp.ray, "executor": plan.executor,
+            "code": plan.code, "environment": plan.environment,
+        }
+        if not sp.upstream:
+            spec["run_key"] = run_key(spec)
+        run_ids[sp.stage] = store.create_run(spec)
+    return [run_ids[sp.stage] for sp in plan.stages]

@@ -1,0 +1,131 @@
+"""Recipes: `recipes/<name>/recipe.yaml` (the stage graph) and one Hydra config per stage.
+
+Composition happens once, here, in the launcher: YAML -> overrides (Hydra's grammar) ->
+interpolation -> a plain dict that goes into the run record unchanged.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from jobs.errors import RecipeError
+
+RECIPES_DIR = Path(os.environ.get("JOBS_RECIPES", Path(__file__).resolve().parent.parent / "recipes"))
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    role: str
+    stage: str      # upstream stage in the same recipe
+    output: str     # that stage's output name
+    kind: str       # the artifact kind this role accepts
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    module: str
+    inputs: tuple[InputSpec, ...]
+    outputs: dict[str, str]            # output name -> artifact kind
+    resources: dict = field(default_factory=dict)
+    container: str | None = None
+    ray: bool = False
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    description: str
+    path: Path
+    stages: dict[str, StageSpec]       # in dependency order
+
+    def stage(self, name: str) -> StageSpec:
+        if name not in self.stages:
+            raise RecipeError(f"recipe {self.name} has no stage {name!r} (stages: {', '.join(self.stages)})")
+        return self.stages[name]
+
+    def select(self, text: str) -> list[StageSpec]:
+        """'all', one stage, or a comma list; always returned in dependency order."""
+        if text == "all":
+            return list(self.stages.values())
+        wanted = [s.strip() for s in text.split(",") if s.strip()]
+        for name in wanted:
+            self.stage(name)
+        return [s for s in self.stages.values() if s.name in wanted]
+
+
+def available() -> list[str]:
+    if not RECIPES_DIR.is_dir():
+        return []
+    return sorted(p.parent.name for p in RECIPES_DIR.glob("*/recipe.yaml"))
+
+
+def load(name: str) -> Recipe:
+    path = RECIPES_DIR / name / "recipe.yaml"
+    if not path.is_file():
+        raise RecipeError(f"unknown recipe {name!r} (recipes: {', '.join(available()) or 'none'})")
+    raw = yaml.safe_load(path.read_text()) or {}
+    default_container = raw.get("container")
+    stages: dict[str, StageSpec] = {}
+    for sname, s in (raw.get("stages") or {}).items():
+        inputs = []
+        for role, source in (s.get("inputs") or {}).items():
+            up_stage, _, up_output = str(source).partition(".")
+            if up_stage not in stages or up_output not in stages[up_stage].outputs:
+                raise RecipeError(f"{path}: stage {sname} input {role}: {source!r} is not an output of an earlier stage")
+            inputs.append(InputSpec(role, up_stage, up_output, stages[up_stage].outputs[up_output]))
+        stages[sname] = StageSpec(
+            name=sname,
+            module=s["module"],
+            inputs=tuple(inputs),
+            outputs=dict(s.get("outputs") or {}),
+            resources=dict(s.get("resources") or {}),
+            container=s.get("container", default_container),
+            ray=bool(s.get("ray", False)),
+        )
+    return Recipe(name=raw.get("name", name), description=raw.get("description", ""), path=path.parent, stages=stages)
+
+
+def split_overrides(overrides: list[str], stages: list[str]) -> dict[str, list[str]]:
+    """Parse overrides with Hydra's grammar and route each to the stages it names.
+
+    `sft.lr=1e-4` goes to the sft stage only; a key that names no stage (`seed=3`) goes to all.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as e:
+        raise RecipeError(f"malformed override: {_one_line(e)}") from None
+    routed: dict[str, list[str]] = {s: [] for s in stages}
+    for text, ov in zip(overrides, parsed):
+        head = ov.key_or_group.split(".")[0]
+        for s in ([head] if head in routed else stages):
+            routed[s].append(text)
+    return routed
+
+
+def compose(recipe: Recipe, stage: str, overrides: list[str]) -> dict:
+    """The stage's resolved config: `<stage>.yaml` + its defaults + overrides, interpolated."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    if not (recipe.path / f"{stage}.yaml").is_file():
+        raise RecipeError(f"recipe {recipe.name} has no config {stage}.yaml in {recipe.path}")
+    try:
+        with initialize_config_dir(config_dir=str(recipe.path), version_base="1.3"):
+            cfg = hydra_compose(config_name=stage, overrides=overrides)
+        resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except Exception as e:  # Hydra and OmegaConf raise many types; all mean "this config is wrong"
+        raise RecipeError(f"{recipe.name}/{stage}: {_one_line(e)}") from None
+    return resolved
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) < 300 else text[:297] + "..."

@@ -1,0 +1,180 @@
+"""Text renderings of runs, artifacts and lineage graphs for the terminal."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Iterable
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def print_runs(rows: Iterable) -> None:
+    print(f"{'RUN':<36}  {'RECIPE':<8} {'STAGE':<9} {'STATE':<10} {'EXECUTOR':<8} CREATED")
+    for r in rows:
+        print(f"{r['id']:<36}  {r['recipe']:<8} {r['stage']:<9} {r['state'] or '?':<10} {r['executor'] or '-':<8} {_when(r['created'])}")
+
+
+def print_artifacts(idx, rows: Iterable) -> None:
+    print(f"{'ARTIFACT':<20} {'KIND':<12} {'SIZE':>10}  {'CREATED':<19}  NAMES")
+    for a in rows:
+        names = ", ".join(idx.names_of(a["id"])) or "-"
+        print(f"{a['id'][:20]:<20} {a['kind']:<12} {_size(a['size']):>10}  {_when(a['created'])}  {names}")
+
+
+def print_run(store, idx, run_id: str) -> None:
+    v = store.run(run_id)
+    s = v.spec
+    print(f"run       {v.id}")
+    print(f"recipe    {s['recipe']} / {s['stage']}   executor {s.get('executor')}")
+    print(f"state     {v.state}" + (f"  ({v.reason})" if v.reason else ""))
+    print(f"created   {_when(s['created'])}   updated {_when(v.updated)}")
+    code = s.get("code", {})
+    print(f"code      {code.get('git_sha') or 'not a git checkout'}" + ("  (+ uncommitted " + str(code.get("diff_digest")) + ")" if code.get("dirty") else ""))
+    env = s.get("environment", {})
+    print(f"env       python {env.get('python')}  {env.get('digest')}")
+    if s.get("run_key"):
+        print(f"run_key   {s['run_key']}")
+    for role, art in sorted(v.inputs.items()):
+        print(f"input     {role:<10} {art}")
+    for role, ref in sorted(s.get("pending_inputs", {}).items()):
+        if role not in v.inputs:
+            print(f"input     {role:<10} (from run {ref['run']} output {ref['output']}, when it starts)")
+    for name, art in sorted(v.outputs.items()):
+        print(f"output    {name:<10} {art}")
+    for a in v.attempts:
+        took = f"{a['end'] - a['start']:.1f} s" if a.get("end") and a.get("start") else "running"
+        print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}  {_when(a.get('start'))}  {took}  exit {a.get('exit', '-')}")
+    if v.metrics:
+        print("metrics   " + "  ".join(f"{k}={_num(x)}" for k, x in sorted(v.metrics.items())))
+    print(f"folder    {store.run_dir(run_id)}")
+    print("config    " + json.dumps(s["config"], sort_keys=True))
+
+
+def _num(x) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def print_artifact(store, idx, art_id: str) -> None:
+    a = store.artifact(art_id)
+    print(f"artifact  {a['id']}")
+    print(f"kind      {a['kind']}   {len(a['manifest'])} files, {_size(a['size'])}")
+    print(f"names     {', '.join(idx.names_of(art_id)) or '-'}")
+    print(f"path      {a['path']}")
+    print(f"producer  {a.get('producer') or '-'}")
+    consumers = sorted({r['run'] for r in idx.consumers(art_id)})
+    print(f"used by   {', '.join(consumers) or '-'}")
+    print(f"created   {_when(a['created'])}")
+    for e in a["manifest"][:20]:
+        print(f"  {e['digest'][:19]}  {e['mode']:o}  {_size(e['size']):>10}  {e['path']}")
+    if len(a["manifest"]) > 20:
+        print(f"  … {len(a['manifest']) - 20} more files")
+
+
+# ---- lineage --------------------------------------------------------------------------------
+def _graph(idx, art_id: str):
+    """Nodes and edges of everything upstream and downstream of `art_id`."""
+    nodes: dict[str, str] = {}
+    edges: set[tuple[str, str, str]] = set()
+
+    def label_art(a: str) -> str:
+        names = idx.names_of(a)
+        return f"{a[:12]} {names[-1] if names else ''}".strip()
+
+    def label_run(r: str) -> str:
+        row = idx.run_row(r)
+        return f"{row['recipe']}/{row['stage']} {r[:13]}" if row else r[:13]
+
+    todo, seen = [art_id], set()
+    while todo:                                        # ancestry
+        a = todo.pop()
+        if a in seen:
+            continue
+        seen.add(a)
+        nodes[a] = label_art(a)
+        for p in idx.producer(a):
+            nodes[p["run"]] = label_run(p["run"])
+            edges.add((p["run"], a, p["role"]))
+            for inp in idx.edges_of(p["run"], "in"):
+                edges.add((inp["artifact"], p["run"], inp["role"]))
+                todo.append(inp["artifact"])
+    todo, seen = [art_id], set()
+    while todo:                                        # descendants
+        a = todo.pop()
+        if a in seen:
+            continue
+        seen.add(a)
+        nodes[a] = label_art(a)
+        for c in idx.consumers(a):
+            nodes[c["run"]] = label_run(c["run"])
+            edges.add((a, c["run"], c["role"]))
+            for out in idx.edges_of(c["run"], "out"):
+                edges.add((c["run"], out["artifact"], out["role"]))
+                nodes[out["artifact"]] = label_art(out["artifact"])
+                todo.append(out["artifact"])
+    return nodes, sorted(edges)
+
+
+def lineage(store, idx, art_id: str, fmt: str = "text") -> str:
+    nodes, edges = _graph(idx, art_id)
+    if fmt == "mermaid":
+        ids = {n: f"n{i}" for i, n in enumerate(sorted(nodes))}
+        lines = ["graph LR"]
+        for n in sorted(nodes):
+            shape = ('(["', '"])') if n.startswith("art_") else ('["', '"]')
+            lines.append(f"  {ids[n]}{shape[0]}{nodes[n]}{shape[1]}")
+        lines += [f"  {ids[a]} -->|{role}| {ids[b]}" for a, b, role in edges]
+        return "\n".join(lines)
+    if fmt == "dot":
+        lines = ["digraph lineage {", "  rankdir=LR;"]
+        for n in sorted(nodes):
+            shape = "ellipse" if n.startswith("art_") else "box"
+            lines.append(f'  "{n}" [label="{nodes[n]}", shape={shape}];')
+        lines += [f'  "{a}" -> "{b}" [label="{role}"];' for a, b, role in edges]
+        lines.append("}")
+        return "\n".join(lines)
+    return _text_tree(idx, art_id, nodes)
+
+
+def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
+    lines = [f"{nodes[art_id]}", "ancestry:"]
+
+    def up(a: str, depth: int, seen: set) -> None:
+        for p in idx.producer(a):
+            lines.append("  " * depth + f"<- {nodes[p['run']]}  (as {p['role']})")
+            if p["run"] in seen:
+                continue
+            seen.add(p["run"])
+            for inp in idx.edges_of(p["run"], "in"):
+                lines.append("  " * (depth + 1) + f"<- [{inp['role']}] {nodes.get(inp['artifact'], inp['artifact'][:12])}")
+                up(inp["artifact"], depth + 2, seen)
+
+    def down(a: str, depth: int, seen: set) -> None:
+        for c in idx.consumers(a):
+            lines.append("  " * depth + f"-> {nodes[c['run']]}  (as {c['role']})")
+            if c["run"] in seen:
+                continue
+            seen.add(c["run"])
+            for out in idx.edges_of(c["run"], "out"):
+                lines.append("  " * (depth + 1) + f"-> [{out['role']}] {nodes[out['artifact']]}")
+                down(out["artifact"], depth + 2, seen)
+
+    n = len(lines)
+    up(art_id, 1, set())
+    if len(lines) == n:
+        lines.append("  (registered directly, no producing run)")
+    lines.append("descendants:")
+    n = len(lines)
+    down(art_id, 1, set())
+    if len(lines) == n:
+        lines.append("  (none yet)")
+    return "\n".join(lines)

@@ -1,0 +1,220 @@
+"""A SQLite index over the record files, for listing and lineage queries.
+
+It is never the truth: `rebuild()` throws it away and reads every record again, and `sync()`
+reads only the record folders whose mtime changed since the last sync. Writers never touch it;
+readers update it under a file lock, so SQLite never has to lock over NFS. A folder modified in the
+last two seconds is not marked clean, so a record landing in the same mtime tick is not missed.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from lineage.records import read_record
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, recipe TEXT, stage TEXT, created REAL,
+    executor TEXT, state TEXT, state_time REAL, state_event TEXT);
+CREATE TABLE IF NOT EXISTS events (id TEXT PRIMARY KEY, run TEXT, kind TEXT, time REAL, body TEXT);
+CREATE INDEX IF NOT EXISTS events_run ON events (run);
+CREATE TABLE IF NOT EXISTS artifacts (id TEXT PRIMARY KEY, kind TEXT, name TEXT, path TEXT,
+    size INTEGER, producer TEXT, created REAL);
+CREATE TABLE IF NOT EXISTS edges (run TEXT, artifact TEXT, role TEXT, direction TEXT,
+    PRIMARY KEY (run, artifact, role, direction));
+CREATE INDEX IF NOT EXISTS edges_artifact ON edges (artifact);
+CREATE TABLE IF NOT EXISTS refs (name TEXT, version INTEGER, artifact TEXT, run TEXT, time REAL,
+    PRIMARY KEY (name, version));
+CREATE TABLE IF NOT EXISTS folders (path TEXT PRIMARY KEY, mtime_ns INTEGER);
+"""
+SETTLE_NS = 2_000_000_000
+
+
+class Index:
+    def __init__(self, store):
+        self.store = store
+        self.path = store.root / "index.sqlite"
+        self.db = sqlite3.connect(self.path, timeout=60)
+        self.db.row_factory = sqlite3.Row
+
+    # ---- keeping it current --------------------------------------------------------------
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.store.root / "index.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def rebuild(self) -> None:
+        with self._locked():
+            self.db.executescript(
+                "DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS events; DROP TABLE IF EXISTS artifacts;"
+                "DROP TABLE IF EXISTS edges; DROP TABLE IF EXISTS refs; DROP TABLE IF EXISTS folders;"
+            )
+            self._sync_locked()
+
+    def sync(self) -> None:
+        with self._locked():
+            self._sync_locked()
+
+    def _sync_locked(self) -> None:
+        self.db.executescript(SCHEMA)
+        known = dict(self.db.execute("SELECT path, mtime_ns FROM folders"))
+        changed: dict[str, int] = {}
+        now = time.time_ns()
+        writes = []
+
+        def scan(folder: Path, leaf_depth: int, handle) -> None:
+            """Walk `folder`; record files sit `leaf_depth` folders down."""
+            try:
+                st = folder.stat()
+            except FileNotFoundError:
+                return
+            key = str(folder.relative_to(self.store.root))
+            if leaf_depth == 0:
+                if known.get(key) == st.st_mtime_ns:
+                    return
+                for entry in os.scandir(folder):
+                    if entry.name.endswith(".json") and not entry.name.startswith("."):
+                        writes.append((handle, Path(entry.path)))
+                changed[key] = st.st_mtime_ns if now - st.st_mtime_ns > SETTLE_NS else 0
+                return
+            for entry in os.scandir(folder):
+                if entry.is_dir() and not entry.name.startswith("."):
+                    scan(Path(entry.path), leaf_depth - 1, handle)
+
+        records = self.store.records
+        scan(records / "run", 1, self._add_run)
+        scan(records / "artifact", 1, self._add_artifact)
+        scan(records / "event", 2, self._add_event)
+        if self.store.refs.is_dir():
+            for dirpath, dirnames, filenames in os.walk(self.store.refs):
+                if filenames:
+                    scan(Path(dirpath), 0, self._add_ref)
+        if not writes and not changed:
+            return
+        with self.db:
+            for handle, path in writes:
+                handle(path)
+            self.db.executemany("INSERT OR REPLACE INTO folders VALUES (?, ?)", changed.items())
+
+    def _exists(self, table: str, where: str, args: tuple) -> bool:
+        return self.db.execute(f"SELECT 1 FROM {table} WHERE {where}", args).fetchone() is not None
+
+    def _add_run(self, path: Path) -> None:
+        if self._exists("runs", "id=?", (path.stem,)):
+            return
+        r = read_record(path)
+        self.db.execute(
+            "INSERT INTO runs (id, recipe, stage, created, executor, state, state_time, state_event)"
+            " VALUES (?, ?, ?, ?, ?, NULL, 0, '')",
+            (r["id"], r["recipe"], r["stage"], r["created"], r.get("executor")),
+        )
+        self._add_edges(r["id"], r.get("inputs", {}), "in")
+        # Events may have been indexed before their run record: take their latest status.
+        row = self.db.execute(
+            "SELECT id, time, body FROM events WHERE run=? AND kind='status' ORDER BY time DESC, id DESC LIMIT 1",
+            (r["id"],),
+        ).fetchone()
+        if row:
+            self._set_state(r["id"], json.loads(row["body"])["state"], row["time"], row["id"])
+
+    def _add_edges(self, run: str, mapping: dict, direction: str) -> None:
+        self.db.executemany(
+            "INSERT OR IGNORE INTO edges VALUES (?, ?, ?, ?)",
+            [(run, art, role, direction) for role, art in mapping.items() if isinstance(art, str)],
+        )
+
+    def _set_state(self, run: str, state: str, when: float, event: str) -> None:
+        self.db.execute(
+            "UPDATE runs SET state=?, state_time=?, state_event=? WHERE id=? AND (state_time < ? OR"
+            " (state_time = ? AND state_event < ?))",
+            (state, when, event, run, when, when, event),
+        )
+
+    def _add_event(self, path: Path) -> None:
+        if self._exists("events", "id=?", (path.stem,)):
+            return
+        ev = read_record(path)
+        self.db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                        (ev["id"], ev["run"], ev["kind"], ev["time"], json.dumps(ev)))
+        if ev["kind"] == "status":
+            self._set_state(ev["run"], ev["state"], ev["time"], ev["id"])
+        elif ev["kind"] == "inputs":
+            self._add_edges(ev["run"], ev["inputs"], "in")
+        elif ev["kind"] == "outputs":
+            self._add_edges(ev["run"], ev["outputs"], "out")
+
+    def _add_artifact(self, path: Path) -> None:
+        if self._exists("artifacts", "id=?", (path.stem,)):
+            return
+        a = read_record(path)
+        self.db.execute("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (a["id"], a["kind"], a.get("name"), a["path"], a["size"], a.get("producer"), a["created"]))
+
+    def _add_ref(self, path: Path) -> None:
+        name = path.parent.relative_to(self.store.refs).as_posix()
+        version = int(path.name[1:-5])
+        if self._exists("refs", "name=? AND version=?", (name, version)):
+            return
+        r = read_record(path)
+        self.db.execute("INSERT INTO refs VALUES (?, ?, ?, ?, ?)", (name, version, r["artifact"], r.get("run"), r["time"]))
+
+    # ---- queries -------------------------------------------------------------------------
+    def runs(self, recipe: str | None = None, stage: str | None = None, limit: int | None = None) -> list[sqlite3.Row]:
+        sql, args = "SELECT * FROM runs WHERE 1=1", []
+        if recipe:
+            sql, args = sql + " AND recipe=?", args + [recipe]
+        if stage:
+            sql, args = sql + " AND stage=?", args + [stage]
+        sql += " ORDER BY id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return self.db.execute(sql, args).fetchall()
+
+    def resolve_run(self, prefix: str) -> str:
+        from lineage.errors import Ambiguous, NotFound
+
+        hits = [r[0] for r in self.db.execute("SELECT id FROM runs WHERE id LIKE ? LIMIT 2", (prefix + "%",))]
+        if not hits:
+            raise NotFound(f"no run {prefix} in {self.store.root} (see `jobs list`)")
+        if len(hits) > 1:
+            raise Ambiguous(f"run prefix {prefix} matches several runs; give more characters")
+        return hits[0]
+
+    def artifacts(self, recipe: str | None = None, kind: str | None = None) -> list[sqlite3.Row]:
+        sql, args = "SELECT * FROM artifacts WHERE 1=1", []
+        if kind:
+            sql, args = sql + " AND kind=?", args + [kind]
+        if recipe:
+            sql, args = sql + " AND (name LIKE ? OR producer IN (SELECT id FROM runs WHERE recipe=?))", args + [recipe + "/%", recipe]
+        return self.db.execute(sql + " ORDER BY created DESC", args).fetchall()
+
+    def names_of(self, artifact: str) -> list[str]:
+        return [f"{r[0]}:v{r[1]}" for r in self.db.execute(
+            "SELECT name, version FROM refs WHERE artifact=? ORDER BY name, version", (artifact,))]
+
+    def producer(self, artifact: str) -> list[sqlite3.Row]:
+        return self.db.execute("SELECT run, role FROM edges WHERE artifact=? AND direction='out'", (artifact,)).fetchall()
+
+    def consumers(self, artifact: str) -> list[sqlite3.Row]:
+        return self.db.execute("SELECT run, role FROM edges WHERE artifact=? AND direction='in'", (artifact,)).fetchall()
+
+    def edges_of(self, run: str, direction: str) -> list[sqlite3.Row]:
+        return self.db.execute("SELECT artifact, role FROM edges WHERE run=? AND direction=? ORDER BY role",
+                               (run, direction)).fetchall()
+
+    def run_row(self, run: str) -> sqlite3.Row | None:
+        return self.db.execute("SELECT * FROM runs WHERE id=?", (run,)).fetchone()
+
+    def dump(self) -> dict[str, list[tuple]]:
+        """Every row of every table but `folders`, sorted: two indexes of one store compare equal."""
+        tables = ["runs", "events", "artifacts", "edges", "refs"]
+        return {t: sorted(tuple(r) for r in self.db.execute(f"SELECT * FROM {t}")) for t in tables}

@@ -1,0 +1,1 @@
+"""The ML: one module per stage, each exposing `run(ctx) -> {output_name: directory}`."""

@@ -1,0 +1,95 @@
+"""Tiny data stage: the two-number addition task, generated deterministically from a seed.
+
+Outputs (each a folder, each registered as an artifact):
+    corpus/train.txt      pretraining text: counting runs and one-digit sums. It teaches digits and
+                          the "a+b=c" shape, never a two-digit sum, so SFT has something to add.
+    sft/train.jsonl       {"prompt": "23+45=", "answer": "68"}
+    prefs/train.jsonl     {"prompt", "chosen", "rejected"}: the right sum vs a plausible wrong one
+    rl/train.jsonl        {"prompt", "answer"}: prompts a verifier can score
+    eval/test.jsonl       held-out {"prompt", "answer"}; no training split contains these pairs
+    tokenizer/            a character-level tokenizer trained with `tokenizers`, saved in HF format
+
+Launch: jobs submit tiny --stage data [data.n_sft=5000]
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+ALPHABET = "0123456789+= \n"
+SPECIALS = ["<pad>", "<bos>", "<eos>"]
+
+
+def run(ctx) -> dict[str, Path]:
+    cfg = ctx.config["data"]
+    rng = random.Random(cfg["seed"])
+    top = int(cfg["max_operand"])
+    if top < 10:
+        raise ValueError("data.max_operand must be at least 10: the task is sums of two-digit numbers")
+
+    pairs = [(a, b) for a in range(top + 1) for b in range(top + 1)]
+    rng.shuffle(pairs)
+    held_out, train = pairs[: cfg["n_eval"]], pairs[cfg["n_eval"]:]
+
+    out = {
+        "corpus": _write_lines(ctx.output_dir("corpus") / "train.txt", _corpus(rng, top, cfg["n_corpus_lines"])),
+        "sft": _write_jsonl(ctx.output_dir("sft") / "train.jsonl", [_example(*rng.choice(train)) for _ in range(cfg["n_sft"])]),
+        "prefs": _write_jsonl(ctx.output_dir("prefs") / "train.jsonl", [_preference(rng, *rng.choice(train)) for _ in range(cfg["n_prefs"])]),
+        "rl": _write_jsonl(ctx.output_dir("rl") / "train.jsonl", [_example(*rng.choice(train)) for _ in range(cfg["n_rl"])]),
+        "eval": _write_jsonl(ctx.output_dir("eval") / "test.jsonl", [_example(a, b) for a, b in held_out]),
+    }
+    out["tokenizer"] = _train_tokenizer(ctx.output_dir("tokenizer"), out["corpus"] / "train.txt")
+    ctx.log({"n_train_pairs": len(train), "n_eval": len(held_out)}, step=0)
+    return out
+
+
+def _example(a: int, b: int) -> dict:
+    return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
+
+
+def _preference(rng: random.Random, a: int, b: int) -> dict:
+    """A wrong answer a model could plausibly give: off by one, a dropped carry, or swapped digits."""
+    right = a + b
+    candidates = {right + 1, right - 1, right + 10, right - 10, int(str(right)[::-1])}
+    if (a % 10) + (b % 10) >= 10:
+        candidates.add(right - 10)  # forgot the carry
+    wrong = sorted(c for c in candidates if c != right and c >= 0)
+    return {"prompt": f"{a}+{b}=", "chosen": str(right), "rejected": str(rng.choice(wrong))}
+
+
+def _corpus(rng: random.Random, top: int, n_lines: int) -> list[str]:
+    lines = []
+    for _ in range(n_lines):
+        if rng.random() < 0.5:
+            start = rng.randint(0, 2 * top)
+            lines.append(" ".join(str(start + i) for i in range(rng.randint(3, 8))))
+        else:
+            a, b = rng.randint(0, 9), rng.randint(0, 9)
+            lines.append(f"{a}+{b}={a + b}")
+    return lines
+
+
+def _write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path.parent
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    return path.parent
+
+
+def _train_tokenizer(out: Path, corpus: Path) -> Path:
+    """One token per character: sums are learned digit by digit, which merges would hide."""
+    from tokenizers import Tokenizer, decoders, models, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.decoder = decoders.Fuse()
+    trainer = trainers.BpeTrainer(vocab_size=len(SPECIALS) + len(ALPHABET), special_tokens=SPECIALS,
+                                  initial_alphabet=list(ALPHABET), show_progress=False)
+    tok.train([str(corpus)], trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>")
+    fast.save_pretrained(out)
+    return out
