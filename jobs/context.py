@@ -10,7 +10,11 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
+
+
+class Requeue(Exception):
+    """Raised through `ctx.requeue()` by a stage that has checkpointed and wants to resume later."""
 
 
 @dataclass
@@ -43,6 +47,7 @@ class StageContext:
     should_stop: Callable[[], bool] = lambda: False
     _metrics: dict[str, Any] = field(default_factory=dict)
     _trackers: list[Any] = field(default_factory=list)
+    links: dict[str, str] = field(default_factory=dict)
 
     def input(self, role: str) -> Path:
         if role not in self.inputs:
@@ -66,9 +71,18 @@ class StageContext:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def add_tracker(self, tracker: Any) -> None:
-        """Anything with `log(metrics: dict, step: int)` receives every ctx.log call."""
+    def add_tracker(self, tracker: Any, link: tuple[str, str] | None = None) -> None:
+        """Anything with `log(metrics: dict, step: int)` receives every ctx.log call.
+
+        `link` (name, where), e.g. ("wandb", "offline-run-…/path"), goes into the run record.
+        """
         self._trackers.append(tracker)
+        if link:
+            self.links[link[0]] = link[1]
+
+    def requeue(self) -> NoReturn:
+        """Call after saving a checkpoint when `should_stop()` is true: the run resumes in a new attempt."""
+        raise Requeue(f"stage {self.stage} checkpointed and asked to be requeued")
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """Append to metrics.jsonl (rank 0 only), keep the last value of each, forward to trackers."""

@@ -73,6 +73,8 @@ def execute(store_root: str, run_id: str) -> dict[str, str]:
         store.add_event(run_id, "status", state="FAILED", reason=f"{type(e).__name__}: {e}")
         raise
     store.add_event(run_id, "outputs", outputs=outputs)
+    if ctx.links:
+        store.add_event(run_id, "tracker", trackers=ctx.links)
     if ctx.summary:
         store.add_event(run_id, "metrics", metrics=ctx.summary)
     store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), exit=0)
