@@ -158,7 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.errors import JobsError
     from lineage.errors import LineageError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may come before or after options (`submit tiny x=1 --stage a y=2`); argparse alone
+    # would stop collecting positionals at the first option, so the leftovers are taken here.
+    args, extra = parser.parse_known_args(argv)
+    unknown = [x for x in extra if x.startswith("-") or args.command != "submit"]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "submit":
+        args.overrides = [*args.overrides, *extra]
     try:
         return args.func(args)
     except (JobsError, LineageError) as e:

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, start the dev Slurm cluster, run every test (slow ones included).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/dev/setup.sh"
+cd "$root"
+exec "$root/.venv/bin/python" -m pytest -ra "$@"

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The main job: set up, then run the whole tiny pipeline on this machine (store: $JOBS_HOME or ~/.jobs).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/dev/setup.sh"
+exec "$root/.venv/bin/jobs" submit tiny --stage all "$@"

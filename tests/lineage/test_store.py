@@ -1,0 +1,139 @@
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from lineage import Store
+from lineage.errors import Ambiguous, Corrupt, LineageError, NotFound, StoreUnusable
+from lineage.hashing import Digest, StatCache, artifact_id, manifest
+from lineage.ids import uuid7
+from lineage.records import canonical_json
+
+
+def make_dir(root: Path, files: dict[str, bytes]) -> Path:
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    return root
+
+
+def test_uuid7_is_time_sortable_and_versioned():
+    ids = [uuid7() for _ in range(200)]
+    assert len(set(ids)) == 200
+    assert all(i[14] == "7" and i[19] in "89ab" for i in ids)
+    assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)
+
+
+def test_canonical_json_is_order_independent():
+    assert canonical_json({"b": 1, "a": [1, {"y": 2, "x": 1}]}) == canonical_json({"a": [1, {"x": 1, "y": 2}], "b": 1})
+
+
+def test_artifact_id_is_sha256_of_sorted_manifest(tmp_path):
+    d = make_dir(tmp_path / "a", {"z.bin": b"zz", "dir/a.txt": b"hello", "m.sh": b"#!/bin/sh\n"})
+    os.chmod(d / "m.sh", 0o755)
+    entries = manifest(d)
+    assert [e["path"] for e in entries] == ["dir/a.txt", "m.sh", "z.bin"]
+    assert entries[0] == {"path": "dir/a.txt", "size": 5, "mode": 0o644,
+                          "digest": "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}
+    assert entries[1]["mode"] == 0o755
+    import hashlib
+    assert artifact_id(entries) == "art_" + hashlib.sha256(canonical_json(entries)).hexdigest()
+
+
+def test_identical_content_has_identical_id_anywhere(tmp_path):
+    store = Store.open(tmp_path / "s", create=True)
+    a = store.register(make_dir(tmp_path / "x", {"w.bin": b"1" * 1000}), kind="model")
+    b = store.register(make_dir(tmp_path / "y", {"w.bin": b"1" * 1000}), kind="model")
+    c = store.register(make_dir(tmp_path / "z", {"w.bin": b"2" * 1000}), kind="model")
+    assert a == b != c
+
+
+def test_register_makes_read_only_and_verify_detects_corruption(tmp_path):
+    store = Store.open(tmp_path / "s", create=True)
+    d = make_dir(tmp_path / "ckpt", {"model.safetensors": os.urandom(4096), "config.json": b"{}"})
+    art = store.register(d, kind="model", name="t/pretrain/model")
+    for p in [d, d / "config.json", d / "model.safetensors"]:
+        assert not p.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+    store.verify(art)
+    os.chmod(d / "config.json", 0o644)
+    (d / "config.json").write_bytes(b'{"x": 1}')
+    with pytest.raises(Corrupt, match="changed config.json"):
+        store.verify(art)
+
+
+def test_refs_versions_and_latest(tmp_path):
+    store = Store.open(tmp_path / "s", create=True)
+    ids = [store.register(make_dir(tmp_path / f"d{i}", {"f": bytes([i])}), kind="model", name="tiny/sft/model")
+           for i in range(3)]
+    assert store.resolve_artifact("tiny/sft/model:latest") == ids[2]
+    assert store.resolve_artifact("tiny/sft/model:v1") == ids[0]
+    assert store.resolve_artifact(ids[1][:10]) == ids[1]
+    with pytest.raises(NotFound, match="no version v9"):
+        store.resolve_artifact("tiny/sft/model:v9")
+    with pytest.raises(NotFound):
+        store.resolve_artifact("tiny/rm/model:latest")
+    with pytest.raises(LineageError):
+        store.resolve_artifact("tiny/sft/model:newest")
+    with pytest.raises(LineageError):
+        store.register(make_dir(tmp_path / "bad", {"f": b"x"}), kind="model", name="Bad Name")
+
+
+def test_ambiguous_prefix_is_refused(tmp_path):
+    store = Store.open(tmp_path / "s", create=True)
+    folder = store.records / "artifact" / "ab"
+    folder.mkdir(parents=True)
+    for tail in ("1", "2"):
+        ident = "art_abcd" + tail * 60
+        (folder / f"{ident}.json").write_text(json.dumps({"id": ident, "kind": "model"}))
+    with pytest.raises(Ambiguous, match="matches 2"):
+        store.resolve_artifact("art_abcd")
+    assert store.resolve_artifact("art_abcd1") == "art_abcd" + "1" * 60
+
+
+def test_stat_cache_skips_unchanged_files(tmp_path, monkeypatch):
+    d = make_dir(tmp_path / "d", {"a": b"a" * 10, "b": b"b" * 10})
+    cache = StatCache(tmp_path / "stat.sqlite")
+    first = manifest(d, cache)
+    read = []
+    import lineage.hashing as hashing
+    real = hashing.hash_file
+    monkeypatch.setattr(hashing, "hash_file", lambda p: read.append(p.name) or real(p))
+    assert manifest(d, cache) == first and read == []
+    (d / "b").write_bytes(b"B" * 11)
+    second = manifest(d, cache)
+    assert read == ["b"] and second[1]["size"] == 11
+
+
+def test_run_state_is_the_fold_of_events(tmp_path):
+    store = Store.open(tmp_path / "s", create=True)
+    run = store.create_run({"recipe": "tiny", "stage": "data", "inputs": {}, "config": {}})
+    assert store.run(run).state == "QUEUED"
+    store.add_event(run, "status", state="RUNNING")
+    store.add_event(run, "outputs", outputs={"x": "art_1"})
+    store.add_event(run, "status", state="SUCCEEDED")
+    view = store.run(run)
+    assert (view.state, view.outputs) == ("SUCCEEDED", {"x": "art_1"})
+    records = list((store.root / "records").rglob("*.json"))
+    assert len(records) == 5 and all(json.loads(p.read_text()) for p in records)
+
+
+def test_open_refuses_unusable_paths(tmp_path):
+    with pytest.raises(StoreUnusable, match="no store"):
+        Store.open(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreUnusable, match="not a directory"):
+        Store.open(tmp_path / "file", create=True)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "thing").write_text("x")
+    with pytest.raises(StoreUnusable, match="non-empty"):
+        Store.open(tmp_path / "full", create=True)
+
+
+def test_digest_carries_its_algorithm():
+    d = Digest.parse("sha256:abc")
+    assert (d.algorithm, d.value, str(d)) == ("sha256", "abc", "sha256:abc")
+    with pytest.raises(ValueError):
+        Digest.parse("abc")
