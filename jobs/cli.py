@@ -30,19 +30,51 @@ def open_store(args: argparse.Namespace, create: bool = False):
 
 # ---- commands -------------------------------------------------------------------------------
 def cmd_submit(args: argparse.Namespace) -> int:
-    from jobs import executors
+    from dataclasses import asdict
+
+    from jobs.errors import ExecutorError
+    from jobs.executors import NAMES
     from jobs.plan import make_plan, record
     from lineage import Store
 
-    executor = executors.get(args.executor)
-    store = Store(store_path(args))
-    plan = make_plan(store, args.recipe, args.stage, args.overrides, args.input, executor.name)
+    if args.executor not in NAMES:
+        raise ExecutorError(f"unknown executor {args.executor!r} (executors: {', '.join(NAMES)})")
+    stage_sel = args.stages or args.stage
+    if not stage_sel:
+        raise ExecutorError("say which stage(s) to run: --stage STAGE, --stage all, or --stages a,b")
+    if args.executor == "local":
+        store = Store(store_path(args))
+        plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, "local")
+        if args.dry_run:
+            from jobs.show import print_plan
+            print_plan(plan)
+            return 0
+        store = Store.open(store.root, create=True)
+        store.ensure_writable()
+        run_ids = record(store, plan)
+        print(f"recorded {len(run_ids)} run(s) in {store.root}")
+        from jobs.executors.local import LocalExecutor
+        return 0 if LocalExecutor().run_chain(store, run_ids) else 1
+
+    from jobs import profiles
+    from jobs.executors import slurm
+
+    target = slurm.SlurmTarget(profiles.load(args.profile), allow_unpinned=args.allow_unpinned)
+    root = Path(args.store or os.environ.get("JOBS_HOME") or target.profile.store or DEFAULT_STORE).expanduser()
+    store = Store(root)
+    plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, "slurm")
+    stages = [asdict(sp) for sp in plan.stages]
+    if args.dry_run:
+        print(slurm.dry_run(store.root, stages, target))
+        return 0
+    executor = slurm.SlurmExecutor(target)
+    prepared = executor.prepare(store.root, stages)
     store = Store.open(store.root, create=True)
     store.ensure_writable()
-    run_ids = record(store, plan)
+    run_ids = record(store, plan, extras=[{"container_image": p["image"].reference if p["image"] else None,
+                                           "profile": target.profile.name} for p in prepared])
     print(f"recorded {len(run_ids)} run(s) in {store.root}")
-    ok = executor.run_chain(store, run_ids)
-    return 0 if ok else 1
+    return 0 if executor.submit_chain(store, run_ids, prepared) else 1
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -118,8 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("submit", help="compose, record and run a recipe's stage(s)")
     s.add_argument("recipe")
-    s.add_argument("--stage", required=True, help="a stage, a comma list, or 'all'")
-    s.add_argument("--executor", default="local", help="local (default)")
+    s.add_argument("--stage", help="a stage, a comma list, or 'all'")
+    s.add_argument("--stages", help="same as --stage: a comma list of stages")
+    s.add_argument("--executor", default="local", help="local (default: run here, wait) or slurm (submit, return)")
+    s.add_argument("--profile", help="cluster profile from ~/.config/jobs/profiles.yaml ($JOBS_PROFILES)")
+    s.add_argument("--dry-run", action="store_true", help="print what would run (sbatch scripts on slurm); record nothing")
+    s.add_argument("--allow-unpinned", action="store_true", help="accept container images not pinned by digest")
     s.add_argument("--input", action="append", default=[], metavar="ROLE=ART",
                    help="use this artifact (art_… or NAME:latest|vN) for an input role; STAGE.ROLE=… for one stage")
     s.add_argument("overrides", nargs="*", help="Hydra overrides: sft.lr=1e-4 +x.y=1 ~x")

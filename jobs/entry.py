@@ -1,18 +1,28 @@
 """Inside the job: resolve pending inputs, run the stage, register its outputs, record the end.
 
-This is the function an executor ships to the allocation (submitit pickles it by reference).
+`StageJob` is what an executor ships (submitit pickles it). The stage runs in a worker thread so
+that the main thread stays free for Slurm's signal: on USR2 (time limit or preemption) submitit
+calls `checkpoint()`, which asks the stage to stop at its next step, waits for it to save, records
+the attempt, and hands submitit a fresh StageJob to requeue. Same run ID, a new attempt.
 """
 from __future__ import annotations
 
 import importlib
 import os
 import socket
+import subprocess
+import threading
 import time
 import traceback
 from pathlib import Path
 
-from jobs.context import Distributed, StageContext
+import submitit
+
+from jobs.context import Distributed, Requeue, StageContext
 from lineage import Store
+
+#: How long checkpoint() waits for the stage to save; Slurm's signal comes 90 s before the kill.
+STOP_GRACE_S = 75
 
 
 class UpstreamFailed(Exception):
@@ -30,34 +40,106 @@ def resolve_pending(store: Store, spec: dict) -> dict[str, str]:
     return resolved
 
 
-def execute(store_root: str, run_id: str) -> dict[str, str]:
-    """Run one recorded stage to the end; returns its outputs as {name: artifact ID}."""
+def distributed() -> Distributed:
+    """Rank, world size and master address from Slurm (through submitit), or a single process."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm":
+        return Distributed()
+    env = submitit.JobEnvironment()
+    nodes = list(env.hostnames)
+    return Distributed(rank=env.global_rank, world_size=env.num_tasks, local_rank=env.local_rank,
+                       master_addr=_address_of(nodes[0]), master_port=20000 + int(env.job_id.split("_")[0]) % 20000,
+                       nodes=nodes)
+
+
+def _address_of(node: str) -> str:
+    """The node's address: DNS if it resolves, else what slurmctld knows (NodeAddr)."""
+    try:
+        return socket.gethostbyname(node)
+    except OSError:
+        out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True).stdout
+        for field in out.split():
+            if field.startswith("NodeAddr="):
+                return field.split("=", 1)[1]
+        raise
+
+
+class StageJob(submitit.helpers.Checkpointable):
+    def __init__(self, store_root: str, run_id: str):
+        self.store_root = store_root
+        self.run_id = run_id
+
+    def __getstate__(self) -> dict:
+        return {"store_root": self.store_root, "run_id": self.run_id}
+
+    def __call__(self) -> dict[str, str] | None:
+        self._stop = threading.Event()
+        self._done: dict = {}
+        self._thread = threading.Thread(target=self._work, name="stage", daemon=True)
+        self._thread.start()
+        while self._thread.is_alive():
+            self._thread.join(timeout=1.0)  # short waits keep the main thread free for signals
+        if "error" in self._done:
+            raise self._done["error"]
+        return self._done.get("outputs")
+
+    def _work(self) -> None:
+        try:
+            self._done["outputs"] = execute(self.store_root, self.run_id, self._stop.is_set)
+        except BaseException as e:  # handed to the main thread
+            self._done["error"] = e
+
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission | None:
+        """Called by submitit on rank 0 when Slurm signals: let the stage save, then requeue."""
+        self._stop.set()
+        self._thread.join(timeout=STOP_GRACE_S)
+        if "outputs" in self._done:
+            return None  # finished in the meantime: nothing to resume
+        return submitit.helpers.DelayedSubmission(StageJob(self.store_root, self.run_id))
+
+
+def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str, str] | None:
+    """Run one recorded stage to the end; returns its outputs as {name: artifact ID} on rank 0."""
     store = Store(Path(store_root))
     spec = store.run_spec(run_id)
+    dist = distributed()
     view = store.run(run_id)
-    attempt = len(view.attempts) + 1
+    if view.state in ("SUCCEEDED", "CANCELLED"):
+        return view.outputs  # a requeue after the end: nothing left to do
+    attempt = 1 + sum(1 for a in view.attempts if a.get("start"))
+    main = dist.is_main
     try:
         pending = resolve_pending(store, spec)
     except UpstreamFailed as e:
-        store.add_event(run_id, "status", state="CANCELLED", reason=str(e))
+        if main:
+            store.add_event(run_id, "status", state="CANCELLED", reason=str(e))
         raise
-    if pending:
+    if pending and main and any(view.inputs.get(k) != v for k, v in pending.items()):
         store.add_event(run_id, "inputs", inputs=pending)
     inputs = {**spec["inputs"], **pending}
 
-    store.add_event(run_id, "attempt", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
-                    job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
-                    start=time.time())
-    store.add_event(run_id, "status", state="RUNNING")
+    if main:
+        store.add_event(run_id, "attempt", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
+                        job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
+                        nodes=dist.nodes or [socket.gethostname()], start=time.time())
+        store.add_event(run_id, "status", state="RUNNING")
     ctx = StageContext(
         run_id=run_id, recipe=spec["recipe"], stage=spec["stage"], config=spec["config"],
         inputs={role: Path(store.artifact(art)["path"]) for role, art in inputs.items()},
-        run_dir=store.run_dir(run_id), dist=Distributed(), attempt=attempt,
+        run_dir=store.run_dir(run_id), dist=dist, attempt=attempt, should_stop=should_stop,
     )
+
+    def end(**fields) -> None:
+        if ctx.summary:
+            store.add_event(run_id, "metrics", metrics=ctx.summary)
+        if ctx.links:
+            store.add_event(run_id, "tracker", trackers=ctx.links)
+        store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **fields)
+
     try:
-        module = importlib.import_module(spec["module"])
-        produced = module.run(ctx)
-        missing = set(spec["outputs"]) - set(produced)
+        produced = importlib.import_module(spec["module"]).run(ctx)
+        if not main:
+            return None
+        missing = set(spec["outputs"]) - set(produced or {})
         if missing:
             raise RuntimeError(f"stage {spec['stage']} did not return outputs {sorted(missing)}")
         outputs = {
@@ -65,18 +147,17 @@ def execute(store_root: str, run_id: str) -> dict[str, str]:
                                  name=f"{spec['recipe']}/{spec['stage']}/{name}")
             for name, kind in spec["outputs"].items()
         }
+    except Requeue:
+        if main:
+            end(exit="requeued")
+            store.add_event(run_id, "status", state="QUEUED", reason="checkpointed; requeued")
+        raise
     except BaseException as e:
-        store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), exit="error",
-                        error=traceback.format_exception_only(type(e), e)[-1].strip())
-        if ctx.summary:
-            store.add_event(run_id, "metrics", metrics=ctx.summary)
-        store.add_event(run_id, "status", state="FAILED", reason=f"{type(e).__name__}: {e}")
+        if main:
+            end(exit="error", error=traceback.format_exception_only(type(e), e)[-1].strip())
+            store.add_event(run_id, "status", state="FAILED", reason=f"{type(e).__name__}: {e}")
         raise
     store.add_event(run_id, "outputs", outputs=outputs)
-    if ctx.links:
-        store.add_event(run_id, "tracker", trackers=ctx.links)
-    if ctx.summary:
-        store.add_event(run_id, "metrics", metrics=ctx.summary)
-    store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), exit=0)
+    end(exit=0)
     store.add_event(run_id, "status", state="SUCCEEDED")
     return outputs

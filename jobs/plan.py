@@ -118,10 +118,13 @@ def run_key(spec: dict) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(keyed)).hexdigest()
 
 
-def record(store: Store, plan: Plan) -> list[str]:
-    """Write one QUEUED run record per stage; downstream stages point at their upstream run IDs."""
+def record(store: Store, plan: Plan, extras: list[dict] | None = None) -> list[str]:
+    """Write one QUEUED run record per stage; downstream stages point at their upstream run IDs.
+
+    `extras` adds executor facts per stage (the container digest, the profile) to the records.
+    """
     run_ids: dict[str, str] = {}
-    for sp in plan.stages:
+    for i, sp in enumerate(plan.stages):
         spec = {
             "recipe": sp.recipe, "stage": sp.stage, "module": sp.module, "config": sp.config,
             "inputs": sp.inputs,
@@ -129,6 +132,7 @@ def record(store: Store, plan: Plan) -> list[str]:
             "input_kinds": sp.input_kinds, "outputs": sp.outputs, "resources": sp.resources,
             "container": sp.container, "ray": sp.ray, "executor": plan.executor,
             "code": plan.code, "environment": plan.environment,
+            **(extras[i] if extras else {}),
         }
         if not sp.upstream:
             spec["run_key"] = run_key(spec)

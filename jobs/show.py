@@ -178,3 +178,14 @@ def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
     if len(lines) == n:
         lines.append("  (none yet)")
     return "\n".join(lines)
+
+
+def print_plan(plan) -> None:
+    """A local dry run: what each stage would run with."""
+    for sp in plan.stages:
+        print(f"### {sp.recipe}/{sp.stage}  ({sp.module})")
+        for role, art in sorted(sp.inputs.items()):
+            print(f"input  {role:<10} {art}")
+        for role, (stage, out) in sorted(sp.upstream.items()):
+            print(f"input  {role:<10} <- {stage}.{out} of this submission")
+        print("config " + json.dumps(sp.config, sort_keys=True))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from jobs.entry import execute
+from jobs.entry import StageJob
 from lineage import Store
 
 
@@ -30,7 +30,7 @@ class LocalExecutor:
             executor = submitit.LocalExecutor(folder=folder)
             executor.update_parameters(timeout_min=int(spec["resources"].get("time_min", 60)))
             echo(f"{run_id}  {spec['stage']:<9} running (logs: {folder})")
-            job = executor.submit(execute, str(store.root), run_id)
+            job = executor.submit(StageJob(str(store.root), run_id))
             try:
                 job.result()
             except Exception:

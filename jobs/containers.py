@@ -1,0 +1,68 @@
+"""Container images by logical name, pinned by digest in containers/containers.lock.
+
+A Slurm run names its image by digest, never by tag: a re-pushed tag cannot silently change what
+a recorded run used. `--allow-unpinned` accepts a tag-only entry, and the record says so.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from jobs.errors import ExecutorError
+
+LOCK = Path(os.environ.get("JOBS_CONTAINERS_LOCK", Path(__file__).resolve().parent.parent / "containers" / "containers.lock"))
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str          # logical name, e.g. "nemo-rl"
+    image: str         # registry/repo:tag
+    digest: str | None  # sha256:…, None when not pinned
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.digest and DIGEST.match(self.digest))
+
+    @property
+    def reference(self) -> str:
+        """registry/repo@sha256:… when pinned, else registry/repo:tag."""
+        if self.pinned:
+            return f"{self.image.rsplit(':', 1)[0] if _has_tag(self.image) else self.image}@{self.digest}"
+        return self.image
+
+    @property
+    def pyxis(self) -> str:
+        """Pyxis/enroot spell the registry with '#': nvcr.io#nvidia/nemo@sha256:…"""
+        ref = self.reference
+        head, sep, rest = ref.partition("/")
+        if sep and ("." in head or ":" in head or head == "localhost"):
+            return f"{head}#{rest}"
+        return ref
+
+
+def _has_tag(image: str) -> bool:
+    return ":" in image.rsplit("/", 1)[-1]
+
+
+def load_lock(path: Path = LOCK) -> dict[str, Image]:
+    if not path.is_file():
+        return {}
+    raw = yaml.safe_load(path.read_text()) or {}
+    raw = raw.get("images", raw)
+    return {name: Image(name, entry["image"], entry.get("digest") or None) for name, entry in raw.items()}
+
+
+def resolve(name: str, allow_unpinned: bool = False) -> Image:
+    images = load_lock()
+    if name not in images:
+        raise ExecutorError(f"container {name!r} is not in {LOCK} (images: {', '.join(sorted(images)) or 'none'})")
+    image = images[name]
+    if not image.pinned and not allow_unpinned:
+        raise ExecutorError(f"container {name!r} ({image.image}) is not pinned by digest in {LOCK}: "
+                            f"pin it with `jobs containers pin {name}` or pass --allow-unpinned")
+    return image

@@ -1,0 +1,174 @@
+"""Run stages as Slurm jobs through submitit: one sbatch job per stage, chained with afterok.
+
+The job's parameters come from the stage's recipe resources, then the user's profile on top, and,
+for a stage with a container, pyxis flags on srun. `sbatch_params` is a pure function: the dry run,
+the `--test-only` validation and the real submission all render from the same dict.
+"""
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from jobs import containers, profiles
+from jobs.entry import StageJob
+from jobs.errors import ExecutorError
+from jobs.provenance import PROJECT_ROOT
+from lineage import Store
+
+SIGNAL_DELAY_S = 90   # USR2 this long before the time limit: time to checkpoint
+
+
+@dataclass(frozen=True)
+class SlurmTarget:
+    """What the Slurm executor needs to know beyond the plan."""
+
+    profile: profiles.Profile
+    allow_unpinned: bool = False
+
+
+def image_for(stage: dict, target: SlurmTarget) -> containers.Image | None:
+    """The stage's pinned image, or None when it names none or the profile runs without containers."""
+    if not stage.get("container") or not target.profile.containers:
+        return None
+    return containers.resolve(stage["container"], target.allow_unpinned)
+
+
+def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, image: containers.Image | None,
+                  code_root: Path = PROJECT_ROOT) -> dict:
+    """submitit SlurmExecutor parameters for one stage (a recorded run spec or a StagePlan as dict)."""
+    res = stage.get("resources", {})
+    p = profile
+
+    def pick(key: str, res_key: str | None = None):
+        value = getattr(p, key)
+        return value if value is not None else res.get(res_key or key)
+
+    time_value = p.time if p.time is not None else res.get("time_min", 60)
+    params: dict = {
+        "job_name": f"{stage['recipe']}-{stage['stage']}",
+        "time": profiles.minutes(time_value),
+        "nodes": int(pick("nodes") or 1),
+        "ntasks_per_node": 1,
+        "signal_delay_s": int(res.get("signal_delay_s", SIGNAL_DELAY_S)),
+    }
+    for key in ("partition", "account", "qos", "constraint"):
+        if getattr(p, key):
+            params[key] = getattr(p, key)
+    if pick("cpus_per_task"):
+        params["cpus_per_task"] = int(pick("cpus_per_task"))
+    if pick("gpus_per_node"):
+        params["gpus_per_node"] = int(pick("gpus_per_node"))
+    mem_gb = pick("mem_gb")
+    if mem_gb:
+        params["mem"] = f"{int(mem_gb)}GB" if float(mem_gb) == int(mem_gb) else f"{int(float(mem_gb) * 1024)}MB"
+    if p.exclusive:
+        params["exclusive"] = True
+    if p.sbatch:
+        params["additional_parameters"] = {str(k): v for k, v in p.sbatch.items()}
+    srun_args = []
+    if image is not None:
+        mounts = [f"{store_root}:{store_root}", f"{code_root}:{code_root}", *p.container_mounts]
+        srun_args += [f"--container-image={image.pyxis}", f"--container-mounts={','.join(mounts)}",
+                      f"--container-workdir={code_root}", "--no-container-mount-home"]
+        params["setup"] = [f"export PYTHONPATH={shlex.quote(str(code_root))}${{PYTHONPATH:+:$PYTHONPATH}}"]
+    srun_args += [str(a) for a in p.srun_args]
+    if srun_args:
+        params["srun_args"] = srun_args
+    return params
+
+
+def python_for(image: containers.Image | None) -> str:
+    """Inside a container the image's interpreter runs the job; outside, this environment's."""
+    return "python3" if image is not None else shlex.quote(sys.executable)
+
+
+def render(params: dict, folder: Path, python: str, dependency: str | None = None) -> str:
+    """The sbatch script submitit would submit for these parameters."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    command = f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    extra = {"dependency": dependency} if dependency else {}
+    try:
+        return _make_sbatch_string(command=command, folder=folder, **params, **extra)
+    except (TypeError, ValueError) as e:
+        raise ExecutorError(f"bad Slurm parameter: {e}") from None
+
+
+def test_only(script: str) -> None:
+    """Ask the real slurmctld whether it would accept this job (`sbatch --test-only`), submitting nothing."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as f:
+        f.write(script)
+    try:
+        p = subprocess.run(["sbatch", "--test-only", f.name], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise ExecutorError("sbatch is not on PATH: is this a Slurm login node? (dev cluster: dev/slurm/up.sh)") from None
+    finally:
+        Path(f.name).unlink()
+    if p.returncode != 0:
+        lines = [line for line in (p.stderr or p.stdout).splitlines() if line.strip()]
+        msg = lines[-1] if lines else f"exit {p.returncode}"
+        raise ExecutorError(f"Slurm refused the job: {msg.removeprefix('sbatch: error: ')}")
+
+
+class SlurmExecutor:
+    name = "slurm"
+
+    def __init__(self, target: SlurmTarget):
+        self.target = target
+
+    def image_for(self, stage: dict) -> containers.Image | None:
+        return image_for(stage, self.target)
+
+    def prepare(self, store_root: Path, stages: list[dict]) -> list[dict]:
+        """Render and validate every stage before anything is recorded; returns their parameters."""
+        prepared = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for stage in stages:
+                image = self.image_for(stage)
+                params = sbatch_params(stage, self.target.profile, store_root, image)
+                test_only(render(params, Path(tmp), python_for(image)))  # checks #SBATCH lines only
+                prepared.append({"params": params, "image": image})
+        return prepared
+
+    def submit_chain(self, store: Store, run_ids: list[str], prepared: list[dict],
+                     echo: Callable[[str], None] = print) -> bool:
+        import submitit
+
+        job_of: dict[str, str] = {}
+        for run_id, prep in zip(run_ids, prepared):
+            spec = store.run_spec(run_id)
+            ups = sorted({job_of[ref["run"]] for ref in spec.get("pending_inputs", {}).values()})
+            folder = store.run_dir(run_id) / "logs"
+            executor = submitit.SlurmExecutor(folder=folder, python=python_for(prep["image"]))
+            params = dict(prep["params"])
+            if ups:
+                params["dependency"] = "afterok:" + ":".join(ups)
+            executor.update_parameters(**params)
+            job = executor.submit(StageJob(str(store.root), run_id))
+            job_of[run_id] = job.job_id
+            store.add_event(run_id, "job", executor="slurm", job_id=job.job_id, folder=str(folder),
+                            image=prep["image"].reference if prep["image"] else None,
+                            dependency=params.get("dependency"))
+            echo(f"{run_id}  {spec['stage']:<9} submitted as Slurm job {job.job_id}"
+                 + (f" (after {', '.join(ups)})" if ups else ""))
+        return True
+
+
+def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget) -> str:
+    """Every stage's sbatch script, as it would be submitted, with the chain's dependencies spelled out."""
+    out = []
+    for stage in stages:
+        image = image_for(stage, target)
+        params = sbatch_params(stage, target.profile, store_root, image)
+        folder = store_root / "runs" / f"<run {stage['stage']}>" / "logs"
+        ups = sorted({st for st, _ in stage.get("upstream", {}).values()})
+        dependency = "afterok:" + ":".join(f"<job {u}>" for u in ups) if ups else None
+        out.append(f"### {stage['recipe']}/{stage['stage']}"
+                   + (f"  image {image.reference}" if image else "") + "\n"
+                   + render(params, folder, python_for(image), dependency))
+    return "\n".join(out)
