@@ -77,6 +77,67 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0 if executor.submit_chain(store, run_ids, prepared) else 1
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from jobs import status
+    from lineage.store import TERMINAL
+
+    store = open_store(args)
+    idx = store.index()
+    if args.run:
+        run_ids = [idx.resolve_run(args.run)]
+    else:
+        run_ids = [r["id"] for r in idx.runs(limit=args.limit) if args.all or r["state"] not in TERMINAL]
+    print(f"{'RUN':<36}  {'STAGE':<9} {'STATE':<10} {'SLURM':<22} WHY")
+    for view, live in status.statuses(store, run_ids):
+        job = status.slurm_job(view)
+        slurm = f"{job} {live.state}" if job and live else (job or "local")
+        why = (live.reason if live and live.reason else "") or (view.reason or "")
+        print(f"{view.id:<36}  {view.spec['stage']:<9} {view.state:<10} {slurm:<22} {why}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    import time
+
+    from jobs.errors import JobsError
+    from lineage.store import TERMINAL
+
+    store = open_store(args)
+    run_id = store.index().resolve_run(args.run)
+    folder = store.run_dir(run_id) / "logs"
+    logs = sorted(folder.glob(f"*_{args.task}_log.*"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    if not logs and not args.follow:
+        raise JobsError(f"run {run_id} has no logs yet in {folder}")
+    offsets: dict = {}
+    while True:
+        for path in sorted(folder.glob(f"*_{args.task}_log.*")) if folder.is_dir() else []:
+            with open(path, "rb") as f:
+                f.seek(offsets.get(path, 0))
+                chunk = f.read()
+                offsets[path] = f.tell()
+            if chunk:
+                if not args.follow:
+                    print(f"==> {path} <==")
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+        if not args.follow or store.run(run_id).state in TERMINAL:
+            return 0
+        time.sleep(1.0)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from jobs import status
+    from jobs.errors import JobsError
+    from lineage.store import TERMINAL
+
+    store = open_store(args)
+    view = store.run(store.index().resolve_run(args.run))
+    if view.state in TERMINAL:
+        raise JobsError(f"run {view.id} already ended: {view.state}")
+    print(f"{view.id} cancelled ({status.cancel(store, view)})")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from jobs import show
 
@@ -160,6 +221,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use this artifact (art_… or NAME:latest|vN) for an input role; STAGE.ROLE=… for one stage")
     s.add_argument("overrides", nargs="*", help="Hydra overrides: sft.lr=1e-4 +x.y=1 ~x")
     s.set_defaults(func=cmd_submit)
+
+    s = sub.add_parser("status", help="runs not yet ended (or one run), joined with squeue/sacct")
+    s.add_argument("run", nargs="?")
+    s.add_argument("--all", action="store_true", help="ended runs too")
+    s.add_argument("--limit", type=int, default=200)
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("logs", help="a run's job output")
+    s.add_argument("run")
+    s.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    s.add_argument("--task", type=int, default=0, help="which task (node) of a multi-node job")
+    s.set_defaults(func=cmd_logs)
+
+    s = sub.add_parser("cancel", help="cancel a run (scancel on Slurm)")
+    s.add_argument("run")
+    s.set_defaults(func=cmd_cancel)
 
     s = sub.add_parser("list", help="runs, newest first")
     s.add_argument("--recipe")

@@ -13,7 +13,13 @@ import yaml
 
 from jobs.errors import RecipeError
 
-RECIPES_DIR = Path(os.environ.get("JOBS_RECIPES", Path(__file__).resolve().parent.parent / "recipes"))
+BUILTIN = Path(__file__).resolve().parent.parent / "recipes"
+
+
+def recipe_dirs() -> list[Path]:
+    """$JOBS_RECIPES (folders separated by ':') first, then the project's own recipes/."""
+    extra = [Path(p) for p in os.environ.get("JOBS_RECIPES", "").split(os.pathsep) if p]
+    return [*extra, BUILTIN]
 
 
 @dataclass(frozen=True)
@@ -58,14 +64,12 @@ class Recipe:
 
 
 def available() -> list[str]:
-    if not RECIPES_DIR.is_dir():
-        return []
-    return sorted(p.parent.name for p in RECIPES_DIR.glob("*/recipe.yaml"))
+    return sorted({p.parent.name for d in recipe_dirs() for p in d.glob("*/recipe.yaml")})
 
 
 def load(name: str) -> Recipe:
-    path = RECIPES_DIR / name / "recipe.yaml"
-    if not path.is_file():
+    path = next((d / name / "recipe.yaml" for d in recipe_dirs() if (d / name / "recipe.yaml").is_file()), None)
+    if path is None or "/" in name:
         raise RecipeError(f"unknown recipe {name!r} (recipes: {', '.join(available()) or 'none'})")
     raw = yaml.safe_load(path.read_text()) or {}
     default_container = raw.get("container")
