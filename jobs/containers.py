@@ -49,7 +49,8 @@ def _has_tag(image: str) -> bool:
     return ":" in image.rsplit("/", 1)[-1]
 
 
-def load_lock(path: Path = LOCK) -> dict[str, Image]:
+def load_lock(path: Path | None = None) -> dict[str, Image]:
+    path = path or LOCK
     if not path.is_file():
         return {}
     raw = yaml.safe_load(path.read_text()) or {}

@@ -1,0 +1,96 @@
+"""sbatch rendering is a pure function: pinned by golden files. Profiles and time parsing."""
+import os
+from pathlib import Path
+
+import pytest
+
+from jobs import containers, profiles
+from jobs.errors import ExecutorError
+from jobs.executors.slurm import render, sbatch_params
+
+GOLDEN = Path(__file__).parent / "golden"
+STAGE = {"recipe": "nano3", "stage": "rl", "container": "nemo-rl",
+         "resources": {"nodes": 2, "gpus_per_node": 8, "cpus_per_task": 64, "mem_gb": 1000, "time_min": 240}}
+IMAGE = containers.Image("nemo-rl", "nvcr.io/nvidia/nemo-rl:v0.4.0", "sha256:" + "ab" * 32)
+
+
+def rendered(stage: dict, profile: profiles.Profile, image) -> str:
+    params = sbatch_params(stage, profile, Path("/lustre/store"), image, code_root=Path("/home/u/jobs"))
+    return render(params, Path("/lustre/store/runs/RUN/logs"), "python3" if image else "/venv/bin/python")
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("JOBS_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"rendering changed; if on purpose, rerun with JOBS_UPDATE_GOLDEN=1"
+
+
+def test_gpu_stage_with_container_matches_golden():
+    profile = profiles.Profile(name="gpu", partition="batch", account="llm", qos="high", exclusive=True,
+                               sbatch={"mail-type": "END"}, srun_args=["--cpu-bind=none"],
+                               container_mounts=["/data:/data"])
+    text = rendered(STAGE, profile, IMAGE)
+    assert "--container-image=nvcr.io#nvidia/nemo-rl@sha256:" + "ab" * 32 in text
+    assert "--no-container-mount-home" in text and "#SBATCH --gpus-per-node=8" in text
+    check_golden("nano3_rl.sbatch", text)
+
+
+def test_cpu_stage_without_container_matches_golden():
+    stage = {"recipe": "tiny", "stage": "data", "container": None,
+             "resources": {"nodes": 1, "cpus_per_task": 1, "mem_gb": 2, "time_min": 10}}
+    text = rendered(stage, profiles.Profile(partition="debug", time="00:30:00"), None)
+    assert "#SBATCH --time=30" in text and "container" not in text
+    check_golden("tiny_data.sbatch", text)
+
+
+def test_hostile_values_are_quoted():
+    stage = {**STAGE, "stage": "rl; touch /tmp/owned"}
+    profile = profiles.Profile(partition="a b", sbatch={"comment": "$(touch /tmp/owned)"})
+    text = rendered(stage, profile, None)
+    assert "#SBATCH --comment='$(touch /tmp/owned)'" in text
+    assert "#SBATCH --job-name='nano3-rl; touch /tmp/owned'" in text
+    assert "#SBATCH --partition='a b'" in text
+
+
+@pytest.mark.parametrize("text,minutes", [("90", 90), ("01:30:00", 90), ("1-00", 1440), ("2-01:00:30", 2941),
+                                          ("10:30", 11), (45, 45)])
+def test_slurm_time_formats(text, minutes):
+    assert profiles.minutes(text) == minutes
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "1:2:3:4", "-5"])
+def test_bad_times_are_refused(text):
+    with pytest.raises(ExecutorError):
+        profiles.minutes(text)
+
+
+def test_profiles_extend_and_refuse_unknown(tmp_path, monkeypatch):
+    f = tmp_path / "profiles.yaml"
+    f.write_text("base: {partition: debug, time: '01:00:00'}\n"
+                 "big: {extends: base, nodes: 2, gpus_per_node: 8}\n"
+                 "typo: {partitoin: x}\n"
+                 "loop: {extends: loop}\n")
+    monkeypatch.setenv("JOBS_PROFILES", str(f))
+    big = profiles.load("big")
+    assert (big.partition, big.nodes, big.gpus_per_node, big.time) == ("debug", 2, 8, "01:00:00")
+    with pytest.raises(ExecutorError, match="unknown keys"):
+        profiles.load("typo")
+    with pytest.raises(ExecutorError, match="no profile 'nope'"):
+        profiles.load("nope")
+    with pytest.raises(ExecutorError, match="extends itself"):
+        profiles.load("loop")
+    assert profiles.load(None) == profiles.Profile()
+
+
+def test_unpinned_images_are_refused_unless_allowed(tmp_path, monkeypatch):
+    lock = tmp_path / "containers.lock"
+    lock.write_text("a: {image: 'nvcr.io/nvidia/nemo:25.11', digest: null}\n"
+                    f"b: {{image: 'nvcr.io/nvidia/nemo:25.11', digest: 'sha256:{'cd' * 32}'}}\n")
+    monkeypatch.setattr(containers, "LOCK", lock)
+    with pytest.raises(ExecutorError, match="not pinned by digest"):
+        containers.resolve("a")
+    assert containers.resolve("a", allow_unpinned=True).reference == "nvcr.io/nvidia/nemo:25.11"
+    assert containers.resolve("b").reference == f"nvcr.io/nvidia/nemo@sha256:{'cd' * 32}"
+    with pytest.raises(ExecutorError, match="not in"):
+        containers.resolve("c")
