@@ -1,0 +1,201 @@
+"""The Slurm executor against the real dev cluster: submit, chains, failures, preemption, ranks."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_jobs, tree_digest
+from lineage import Store
+
+pytestmark = pytest.mark.slurm
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+@pytest.fixture
+def env(tmp_path, slurm_cluster) -> dict:
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text("dev: {partition: debug, containers: false}\n"
+                        "nopart: {partition: nosuch, containers: false}\n"
+                        "toolong: {partition: debug, containers: false, time: '30-00:00:00'}\n"
+                        "pyxis: {partition: debug}\n")
+    return {"JOBS_PROFILES": str(profiles), "JOBS_RECIPES": str(FIXTURES / "recipes"),
+            "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+
+
+def submit(store: Path, env: dict, *args: str) -> list[str]:
+    r = run_jobs(store, "submit", *args, "--executor", "slurm", "--profile", "dev", env=env)
+    assert r.code == 0, r.err
+    return [line.split()[0] for line in r.out.splitlines() if "submitted as Slurm job" in line]
+
+
+def wait(store: Path, run_id: str, states: set[str], deadline_s: float = 180, env: dict | None = None):
+    """Poll `jobs status` (which records what only Slurm saw) until the run reaches one of `states`."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        run_jobs(store, "status", run_id, env=env)
+        view = Store(store).run(run_id)
+        if view.state in states:
+            return view
+        time.sleep(1)
+    raise AssertionError(f"run {run_id} still {Store(store).run(run_id).state} after {deadline_s} s")
+
+
+def job_of(store: Path, run_id: str) -> str:
+    return Store(store).run(run_id).jobs[-1]["job_id"]
+
+
+def test_data_stage_runs_through_submitit_on_slurm(tmp_path, env):
+    store = tmp_path / "store"
+    (run,) = submit(store, env, "tiny", "--stage", "data")
+    view = wait(store, run, {"SUCCEEDED", "FAILED"}, env=env)
+    assert view.state == "SUCCEEDED", view.reason
+    job = job_of(store, run)
+    assert view.attempts[0]["job_id"] == job and view.spec["executor"] == "slurm"
+    assert len(view.outputs) == 6
+    sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State,ExitCode"], capture_output=True, text=True)
+    assert sacct.stdout.split()[0] == "COMPLETED|0:0"
+    st = run_jobs(store, "status", run, env=env)
+    assert "SUCCEEDED" in st.out and job in st.out
+    logs = run_jobs(store, "logs", run, env=env)
+    assert logs.code == 0 and "Job completed successfully" in logs.out
+
+
+def test_chain_resolves_inputs_from_upstream_when_it_starts(tmp_path, env):
+    store = tmp_path / "store"
+    # An older count result exists: a dependent resolving `:latest` at submit time would take it.
+    assert run_jobs(store, "submit", "testchain", "--stage", "count", "count.steps=3", env=env).code == 0
+    count, double = submit(store, env, "testchain", "--stages", "count,double", "count.steps=6")
+    s = Store(store)
+    assert "afterok:" + job_of(store, count) == s.run(double).jobs[-1]["dependency"]
+    view = wait(store, double, {"SUCCEEDED", "FAILED", "CANCELLED"}, env=env)
+    assert view.state == "SUCCEEDED", view.reason
+    assert view.inputs["numbers"] == s.run(count).outputs["result"]
+    out = json.loads((Path(s.artifact(view.outputs["result"])["path"]) / "result.json").read_text())
+    assert out["steps"] == 12
+
+
+def test_failed_upstream_cancels_dependents_with_a_reason(tmp_path, env):
+    store = tmp_path / "store"
+    count, double = submit(store, env, "testchain", "--stages", "count,double", "count.fail=true")
+    assert wait(store, count, {"FAILED", "SUCCEEDED"}, env=env).state == "FAILED"
+    view = wait(store, double, {"CANCELLED", "FAILED", "SUCCEEDED"}, deadline_s=90, env=env)
+    assert view.state == "CANCELLED"
+    assert count in view.reason and "did not succeed" in view.reason
+    shown = run_jobs(store, "show", double, env=env)
+    assert "CANCELLED" in shown.out and count in shown.out
+
+
+def test_dry_run_prints_scripts_and_records_nothing(tmp_path, env):
+    store = tmp_path / "store"
+    r = run_jobs(store, "submit", "testchain", "--stages", "count,double", "--executor", "slurm",
+                 "--profile", "dev", "--dry-run", env=env)
+    assert r.code == 0, r.err
+    assert r.out.count("#!/bin/bash") == 2 and "#SBATCH --dependency=afterok:<job count>" in r.out.replace("'", "")
+    assert "#SBATCH --partition=debug" in r.out
+    assert not store.exists()
+
+
+def counter_artifact_uninterrupted(tmp_path: Path, env: dict, steps: int) -> str:
+    other = tmp_path / "uninterrupted"
+    assert run_jobs(other, "submit", "testchain", "--stage", "count", f"count.steps={steps}", "count.step_s=0.01",
+                    env=env).code == 0
+    s = Store(other)
+    return s.run(s.index().runs()[0]["id"]).outputs["result"]
+
+
+def wait_for_progress(store: Path, run_id: str, steps: int, deadline_s: float = 120) -> None:
+    end = time.monotonic() + deadline_s
+    state = Store(store).run_dir(run_id) / "checkpoints" / "state.json"
+    while time.monotonic() < end:
+        if state.exists() and json.loads(state.read_text())["step"] >= steps:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} made no progress in {deadline_s} s")
+
+
+def test_preemption_signal_checkpoints_requeues_and_resumes_same_run(tmp_path, env):
+    store = tmp_path / "store"
+    (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=30", "count.step_s=0.5")
+    wait_for_progress(store, run, 4)
+    job = job_of(store, run)
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)   # what Slurm sends before the time limit
+    view = wait(store, run, {"SUCCEEDED", "FAILED"}, deadline_s=240, env=env)
+    assert view.state == "SUCCEEDED", view.reason
+    assert len(view.attempts) >= 2 and {a["job_id"] for a in view.attempts} == {job}
+    assert view.attempts[0]["exit"] == "requeued" and view.attempts[-1]["exit"] == 0
+    progress = (Store(store).run_dir(run) / "progress.log").read_text().splitlines()
+    assert progress[0].startswith("attempt 1 starts at step 0")
+    assert int(progress[1].split("at step ")[1].split()[0]) >= 4   # resumed, not restarted
+    assert view.outputs["result"] == counter_artifact_uninterrupted(tmp_path, env, 30)
+
+
+def test_hard_requeue_resumes_from_the_last_checkpoint(tmp_path, env):
+    store = tmp_path / "store"
+    (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=24", "count.step_s=0.5")
+    wait_for_progress(store, run, 4)
+    job = job_of(store, run)
+    subprocess.run(["scontrol", "requeue", job], check=True)         # preempted without warning
+    view = wait(store, run, {"SUCCEEDED", "FAILED"}, deadline_s=240, env=env)
+    assert view.state == "SUCCEEDED", view.reason
+    assert len(view.attempts) >= 2
+    progress = (Store(store).run_dir(run) / "progress.log").read_text().splitlines()
+    assert int(progress[-1].split("at step ")[1].split()[0]) >= 4
+    assert view.outputs["result"] == counter_artifact_uninterrupted(tmp_path, env, 24)
+
+
+def test_two_nodes_get_one_task_each_with_rank_world_and_master(tmp_path, env):
+    store = tmp_path / "store"
+    (run,) = submit(store, env, "testchain", "--stage", "ranks")
+    view = wait(store, run, {"SUCCEEDED", "FAILED"}, env=env)
+    assert view.state == "SUCCEEDED", view.reason
+    report = json.loads((Path(Store(store).artifact(view.outputs["ranks"])["path"]) / "ranks.json").read_text())
+    assert report["world_size"] == 2 and report["sum"] == 3.0
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+    assert report["ranks"][0]["nodes"] == ["node1", "node2"]
+
+
+def test_cancel_a_running_slurm_run(tmp_path, env):
+    store = tmp_path / "store"
+    (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=200", "count.step_s=0.5")
+    wait_for_progress(store, run, 1)
+    r = run_jobs(store, "cancel", run[:12], env=env)
+    assert r.code == 0 and "scancel" in r.out
+    assert Store(store).run(run).state == "CANCELLED"
+    job = job_of(store, run)
+    end = time.monotonic() + 60
+    while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < end, "job still in squeue after scancel"
+        time.sleep(1)
+
+
+BAD = [
+    (["--profile", "nopart"], "invalid partition"),
+    (["--profile", "toolong"], "time limit"),
+    (["--profile", "nosuch"], "no profile 'nosuch'"),
+    (["--profile", "pyxis"], "not pinned by digest"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[a[1] for a, _ in BAD])
+def test_bad_slurm_input_is_refused_before_recording(tmp_path, env, args, message):
+    store = tmp_path / "store"
+    assert run_jobs(store, "submit", "tiny", "--stage", "data", "data.n_sft=10", env=env).code == 0
+    before = tree_digest(store)
+    r = run_jobs(store, "submit", "tiny", "--stage", "data", "--executor", "slurm", *args, env=env)
+    assert r.code == 2 and message in r.err.lower() if message.islower() else message in r.err, r.err
+    assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+    assert tree_digest(store) == before
+
+
+def test_override_values_stay_strings_on_slurm(tmp_path, env):
+    store = tmp_path / "store"
+    marker = tmp_path / "owned"
+    (run,) = submit(store, env, "testchain", "--stage", "count", f"+count.note='$(touch {marker})'", "count.steps=1")
+    view = wait(store, run, {"SUCCEEDED", "FAILED"}, env=env)
+    assert view.state == "SUCCEEDED" and view.spec["config"]["count"]["note"] == f"$(touch {marker})"
+    assert not marker.exists()
