@@ -51,7 +51,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return 0
         store = Store.open(store.root, create=True)
         store.ensure_writable()
-        run_ids = record(store, plan)
+        reused = _reuse(store, plan, None, args.force)
+        run_ids = record(store, plan, reused=reused)
         print(f"recorded {len(run_ids)} run(s) in {store.root}")
         from jobs.executors.local import LocalExecutor
         return 0 if LocalExecutor().run_chain(store, run_ids) else 1
@@ -71,10 +72,26 @@ def cmd_submit(args: argparse.Namespace) -> int:
     prepared = executor.prepare(store.root, stages)
     store = Store.open(store.root, create=True)
     store.ensure_writable()
-    run_ids = record(store, plan, extras=[{"container_image": p["image"].reference if p["image"] else None,
-                                           "profile": target.profile.name} for p in prepared])
+    extras = [{"container_image": p["image"].reference if p["image"] else None, "profile": target.profile.name}
+              for p in prepared]
+    reused = _reuse(store, plan, extras, args.force)
+    run_ids = record(store, plan, extras=extras, reused=reused)
     print(f"recorded {len(run_ids)} run(s) in {store.root}")
-    return 0 if executor.submit_chain(store, run_ids, prepared) else 1
+    keep = [p for sp, p in zip(plan.stages, prepared) if sp.stage not in reused]
+    return 0 if executor.submit_chain(store, run_ids, keep) else 1
+
+
+def _reuse(store, plan, extras, force: bool) -> dict[str, str]:
+    """The run cache: print and return the stages an identical, verified, SUCCEEDED run covers."""
+    from jobs.plan import cached
+
+    if force:
+        return {}
+    reused = cached(store, plan, extras)
+    for stage, run_id in reused.items():
+        outs = " ".join(f"{k}={v[:16]}" for k, v in store.run(run_id).outputs.items())
+        print(f"{run_id}  {stage:<9} reused: an identical run already succeeded and its outputs verify ({outs}); --force re-runs")
+    return reused
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -217,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", help="cluster profile from ~/.config/jobs/profiles.yaml ($JOBS_PROFILES)")
     s.add_argument("--dry-run", action="store_true", help="print what would run (sbatch scripts on slurm); record nothing")
     s.add_argument("--allow-unpinned", action="store_true", help="accept container images not pinned by digest")
+    s.add_argument("--force", action="store_true", help="run even if an identical run already succeeded")
     s.add_argument("--input", action="append", default=[], metavar="ROLE=ART",
                    help="use this artifact (art_… or NAME:latest|vN) for an input role; STAGE.ROLE=… for one stage")
     s.add_argument("overrides", nargs="*", help="Hydra overrides: sft.lr=1e-4 +x.y=1 ~x")

@@ -113,9 +113,11 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         if main:
             store.add_event(run_id, "status", state="CANCELLED", reason=str(e))
         raise
-    if pending and main and any(view.inputs.get(k) != v for k, v in pending.items()):
-        store.add_event(run_id, "inputs", inputs=pending)
     inputs = {**spec["inputs"], **pending}
+    if pending and main and any(view.inputs.get(k) != v for k, v in pending.items()):
+        from jobs.plan import run_key
+
+        store.add_event(run_id, "inputs", inputs=pending, run_key=run_key({**spec, "inputs": inputs}))
 
     if main:
         store.add_event(run_id, "attempt", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),

@@ -113,28 +113,73 @@ def _resolve(store: Store, text: str, inp: recipes.InputSpec) -> str:
 def run_key(spec: dict) -> str:
     """The identity of what a run computes: same key, same outputs expected."""
     keyed = {k: spec.get(k) for k in ("recipe", "stage", "module", "config", "inputs")}
-    keyed["code"] = {k: spec["code"].get(k) for k in ("git_sha", "diff_digest")}
-    keyed["environment"] = spec["environment"].get("digest")
+    keyed["code"] = spec["code"]["snapshot"]
+    keyed["environment"] = spec.get("container_image") or spec["environment"].get("digest")
     return "sha256:" + hashlib.sha256(canonical_json(keyed)).hexdigest()
 
 
-def record(store: Store, plan: Plan, extras: list[dict] | None = None) -> list[str]:
-    """Write one QUEUED run record per stage; downstream stages point at their upstream run IDs.
+def _spec(plan: Plan, i: int, extras: list[dict] | None, inputs: dict, pending: dict) -> dict:
+    sp = plan.stages[i]
+    return {
+        "recipe": sp.recipe, "stage": sp.stage, "module": sp.module, "config": sp.config,
+        "inputs": inputs, "pending_inputs": pending,
+        "input_kinds": sp.input_kinds, "outputs": sp.outputs, "resources": sp.resources,
+        "container": sp.container, "ray": sp.ray, "executor": plan.executor,
+        "code": plan.code, "environment": plan.environment,
+        **(extras[i] if extras else {}),
+    }
+
+
+def cached(store: Store, plan: Plan, extras: list[dict] | None = None) -> dict[str, str]:
+    """Stages whose exact run already SUCCEEDED and whose outputs still verify: stage -> that run.
+
+    A stage downstream of a reused one is checked with the reused run's outputs as its inputs.
+    """
+    if not (store.root / "index.sqlite").exists() and not (store.root / "records").exists():
+        return {}
+    idx = store.index()
+    reused: dict[str, str] = {}
+    outputs: dict[str, dict] = {}
+    for i, sp in enumerate(plan.stages):
+        if any(st not in reused for st, _ in sp.upstream.values()):
+            continue
+        inputs = {**sp.inputs, **{role: outputs[st][out] for role, (st, out) in sp.upstream.items()}}
+        key = run_key(_spec(plan, i, extras, inputs, {}))
+        for candidate in idx.runs_with_key(key):
+            view = store.run(candidate)
+            try:
+                for art in view.outputs.values():
+                    store.verify(art)
+            except LineageError:
+                continue
+            reused[sp.stage], outputs[sp.stage] = candidate, view.outputs
+            break
+    return reused
+
+
+def record(store: Store, plan: Plan, extras: list[dict] | None = None,
+           reused: dict[str, str] | None = None) -> list[str]:
+    """Write one QUEUED run record per stage not reused; downstream stages point at upstream run IDs.
 
     `extras` adds executor facts per stage (the container digest, the profile) to the records.
+    Inputs that come from a reused run are resolved now, to that run's outputs.
     """
+    from jobs.provenance import store_snapshot
+
+    reused = reused or {}
+    store_snapshot(store, plan.code)
     run_ids: dict[str, str] = {}
     for i, sp in enumerate(plan.stages):
-        spec = {
-            "recipe": sp.recipe, "stage": sp.stage, "module": sp.module, "config": sp.config,
-            "inputs": sp.inputs,
-            "pending_inputs": {role: {"run": run_ids[st], "output": out} for role, (st, out) in sp.upstream.items()},
-            "input_kinds": sp.input_kinds, "outputs": sp.outputs, "resources": sp.resources,
-            "container": sp.container, "ray": sp.ray, "executor": plan.executor,
-            "code": plan.code, "environment": plan.environment,
-            **(extras[i] if extras else {}),
-        }
-        if not sp.upstream:
+        if sp.stage in reused:
+            continue
+        inputs, pending = dict(sp.inputs), {}
+        for role, (st, out) in sp.upstream.items():
+            if st in reused:
+                inputs[role] = store.run(reused[st]).outputs[out]
+            else:
+                pending[role] = {"run": run_ids[st], "output": out}
+        spec = _spec(plan, i, extras, inputs, pending)
+        if not pending:
             spec["run_key"] = run_key(spec)
         run_ids[sp.stage] = store.create_run(spec)
-    return [run_ids[sp.stage] for sp in plan.stages]
+    return [run_ids[sp.stage] for sp in plan.stages if sp.stage in run_ids]

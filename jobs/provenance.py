@@ -1,44 +1,83 @@
-"""What code and which environment a run used: recorded at submit, compared on reproduce."""
+"""What code and which environment a run used: recorded at submit, compared on reproduce.
+
+The code is snapshotted as an artifact: every file git tracks plus untracked files it does not
+ignore (or, outside a git checkout, the project's packages). The snapshot's ID is computed at plan
+time without writing anything; `store_snapshot` copies the files into the store only when no
+snapshot with that ID exists yet, so identical code is stored once.
+"""
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
+import shutil
 import subprocess
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from lineage import Store, hashing
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("jobs", "stages", "lineage", "recipes", "containers")
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True)
 
 
-def code_state() -> dict:
-    """The git commit of the project's checkout and a digest of its uncommitted diff.
+def code_files() -> list[str]:
+    """Paths, relative to the project root, of the code a run depends on."""
+    listed = _git("ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    if listed.returncode == 0:
+        rels = [p.decode() for p in listed.stdout.split(b"\0") if p]
+        return sorted(r for r in rels if (PROJECT_ROOT / r).is_file() and not (PROJECT_ROOT / r).is_symlink())
+    found = []
+    for pkg in PACKAGES:
+        for dirpath, dirnames, filenames in os.walk(PROJECT_ROOT / pkg):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            found += [str((Path(dirpath) / f).relative_to(PROJECT_ROOT)) for f in filenames if not f.endswith(".pyc")]
+    return sorted(found)
 
-    The diff digest covers tracked changes and the content of untracked, not-ignored files, so
-    two checkouts with the same sha and the same digest run the same code.
-    """
+
+def code_state() -> dict:
+    """Git commit, dirty flag, and the snapshot's artifact ID (the manifest of every code file)."""
+    files = code_files()
+    entries = []
+    for rel in files:
+        st = (PROJECT_ROOT / rel).stat()
+        entries.append({"path": rel, "size": st.st_size, "digest": str(hashing.hash_file(PROJECT_ROOT / rel)),
+                        "mode": hashing.normal_mode(st.st_mode)})
     head = _git("rev-parse", "HEAD")
-    if head.returncode != 0:
-        return {"git_sha": None, "dirty": None, "diff_digest": None, "root": str(PROJECT_ROOT)}
-    h = hashlib.sha256()
-    h.update(_git("diff", "HEAD", "--binary").stdout)
-    untracked = _git("ls-files", "--others", "--exclude-standard", "-z").stdout.split(b"\0")
-    for rel in sorted(p for p in untracked if p):
-        h.update(rel + b"\0")
-        try:
-            h.update((PROJECT_ROOT / rel.decode()).read_bytes())
-        except OSError:
-            pass
-    status = _git("status", "--porcelain").stdout.strip()
+    dirty = bool(_git("status", "--porcelain").stdout.strip()) if head.returncode == 0 else None
     return {
-        "git_sha": head.stdout.decode().strip(),
-        "dirty": bool(status),
-        "diff_digest": f"sha256:{h.hexdigest()}" if status else None,
+        "git_sha": head.stdout.decode().strip() if head.returncode == 0 else None,
+        "dirty": dirty,
+        "snapshot": hashing.artifact_id(entries),
+        "files": len(entries),
         "root": str(PROJECT_ROOT),
     }
+
+
+def store_snapshot(store: Store, code: dict) -> str:
+    """Copy the code into `<store>/code/<snapshot id>/` unless it is there; returns the artifact ID."""
+    art_id = code["snapshot"]
+    final = store.root / "code" / art_id
+    if not final.exists():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
+        for rel in code_files():
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(PROJECT_ROOT / rel, dst)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # someone else stored the same snapshot first
+            shutil.rmtree(tmp)
+    got = store.register(final, kind="code")
+    if got != art_id:
+        raise RuntimeError(f"code changed while it was snapshotted ({art_id} != {got}); submit again")
+    return art_id
 
 
 def python_env() -> dict:

@@ -20,7 +20,8 @@ from lineage.records import read_record
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, recipe TEXT, stage TEXT, created REAL,
-    executor TEXT, state TEXT, state_time REAL, state_event TEXT);
+    executor TEXT, state TEXT, state_time REAL, state_event TEXT, run_key TEXT);
+CREATE INDEX IF NOT EXISTS runs_key ON runs (run_key);
 CREATE TABLE IF NOT EXISTS events (id TEXT PRIMARY KEY, run TEXT, kind TEXT, time REAL, body TEXT);
 CREATE INDEX IF NOT EXISTS events_run ON events (run);
 CREATE TABLE IF NOT EXISTS artifacts (id TEXT PRIMARY KEY, kind TEXT, name TEXT, path TEXT,
@@ -33,6 +34,8 @@ CREATE TABLE IF NOT EXISTS refs (name TEXT, version INTEGER, artifact TEXT, run 
 CREATE TABLE IF NOT EXISTS folders (path TEXT PRIMARY KEY, mtime_ns INTEGER);
 """
 SETTLE_NS = 2_000_000_000
+VERSION = 2  # bump when SCHEMA changes: an index of another version is rebuilt
+TABLES = ("runs", "events", "artifacts", "edges", "refs", "folders")
 
 
 class Index:
@@ -54,14 +57,17 @@ class Index:
 
     def rebuild(self) -> None:
         with self._locked():
-            self.db.executescript(
-                "DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS events; DROP TABLE IF EXISTS artifacts;"
-                "DROP TABLE IF EXISTS edges; DROP TABLE IF EXISTS refs; DROP TABLE IF EXISTS folders;"
-            )
+            self._drop()
             self._sync_locked()
+
+    def _drop(self) -> None:
+        self.db.executescript("".join(f"DROP TABLE IF EXISTS {t};" for t in TABLES))
 
     def sync(self) -> None:
         with self._locked():
+            if self.db.execute("PRAGMA user_version").fetchone()[0] != VERSION:
+                self._drop()
+                self.db.execute(f"PRAGMA user_version = {VERSION}")
             self._sync_locked()
 
     def _sync_locked(self) -> None:
@@ -113,12 +119,16 @@ class Index:
             return
         r = read_record(path)
         self.db.execute(
-            "INSERT INTO runs (id, recipe, stage, created, executor, state, state_time, state_event)"
-            " VALUES (?, ?, ?, ?, ?, NULL, 0, '')",
-            (r["id"], r["recipe"], r["stage"], r["created"], r.get("executor")),
+            "INSERT INTO runs (id, recipe, stage, created, executor, state, state_time, state_event, run_key)"
+            " VALUES (?, ?, ?, ?, ?, NULL, 0, '', ?)",
+            (r["id"], r["recipe"], r["stage"], r["created"], r.get("executor"), r.get("run_key")),
         )
         self._add_edges(r["id"], r.get("inputs", {}), "in")
-        # Events may have been indexed before their run record: take their latest status.
+        # Events may have been indexed before their run record: take their latest status and key.
+        keyed = self.db.execute("SELECT body FROM events WHERE run=? AND kind='inputs'", (r["id"],)).fetchall()
+        for (body,) in keyed:
+            if json.loads(body).get("run_key"):
+                self.db.execute("UPDATE runs SET run_key=? WHERE id=?", (json.loads(body)["run_key"], r["id"]))
         row = self.db.execute(
             "SELECT id, time, body FROM events WHERE run=? AND kind='status' ORDER BY time DESC, id DESC LIMIT 1",
             (r["id"],),
@@ -149,6 +159,8 @@ class Index:
             self._set_state(ev["run"], ev["state"], ev["time"], ev["id"])
         elif ev["kind"] == "inputs":
             self._add_edges(ev["run"], ev["inputs"], "in")
+            if ev.get("run_key"):
+                self.db.execute("UPDATE runs SET run_key=? WHERE id=?", (ev["run_key"], ev["run"]))
         elif ev["kind"] == "outputs":
             self._add_edges(ev["run"], ev["outputs"], "out")
 
@@ -210,6 +222,11 @@ class Index:
     def edges_of(self, run: str, direction: str) -> list[sqlite3.Row]:
         return self.db.execute("SELECT artifact, role FROM edges WHERE run=? AND direction=? ORDER BY role",
                                (run, direction)).fetchall()
+
+    def runs_with_key(self, run_key: str) -> list[str]:
+        """SUCCEEDED runs that computed `run_key`, newest first."""
+        return [r[0] for r in self.db.execute(
+            "SELECT id FROM runs WHERE run_key=? AND state='SUCCEEDED' ORDER BY id DESC", (run_key,))]
 
     def run_row(self, run: str) -> sqlite3.Row | None:
         return self.db.execute("SELECT * FROM runs WHERE id=?", (run,)).fetchone()
