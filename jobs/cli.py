@@ -207,6 +207,84 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from jobs.reproduce import reproduce
+
+    store = open_store(args, create=True)
+    run_id = store.index().resolve_run(args.run)
+    new_id, cmp = reproduce(store, run_id, args.allow_env_drift)
+    if cmp.identical:
+        print(f"reproduced bit for bit: {new_id} has the same outputs as {run_id}: "
+              + " ".join(f"{n}={a[:16]}" for n, (a, _) in cmp.outputs.items()))
+        return 0
+    print(f"NOT reproduced: {new_id} differs from {run_id}")
+    for name, (a, b) in cmp.outputs.items():
+        if a != b:
+            print(f"  output {name}: {a} -> {b}")
+            for change in cmp.files.get(name, []):
+                print(f"    {change}")
+    for k, (a, b, d) in cmp.metrics.items():
+        print(f"  metric {k}: {a} -> {b} ({d:+.4g})")
+    return 1
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from jobs.reproduce import diff
+
+    store = open_store(args)
+    idx = store.index()
+    lines = diff(store, idx.resolve_run(args.a), idx.resolve_run(args.b))
+    print("\n".join(lines) if lines else "no differences in config, code, environment, inputs or outputs")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from jobs.errors import JobsError
+    from lineage.gc import verify_all
+
+    store = open_store(args)
+    if args.all:
+        results = verify_all(store)
+    elif args.id:
+        art = store.resolve_artifact(args.id)
+        try:
+            store.verify(art)
+            results = [(art, None)]
+        except Exception as e:  # Corrupt: reported below like --all
+            results = [(art, str(e))]
+    else:
+        raise JobsError("say what to verify: an artifact (art_… or NAME:latest) or --all")
+    bad = [(a, p) for a, p in results if p]
+    for art, problem in bad:
+        print(f"CORRUPT {problem}")
+    print(f"verified {len(results)} artifact(s): {len(results) - len(bad)} ok, {len(bad)} corrupt")
+    return 1 if bad else 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from jobs.show import _size
+    from lineage.gc import candidates, collect
+
+    store = open_store(args)
+    victims = candidates(store, args.older_than)
+    for c in victims:
+        print(f"{'delete' if args.yes else 'would delete'} {c.id[:20]} {c.kind:<12} {_size(c.size):>10} {c.age_days:5.1f} d  {c.path}")
+    total = sum(c.size for c in victims)
+    if not args.yes:
+        print(f"{len(victims)} artifact(s), {_size(total)} nothing keeps; run `jobs gc --yes` to delete them")
+        return 0
+    print(f"deleted {len(victims)} artifact(s), {_size(collect(store, victims))} freed")
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    run_id = store.index().resolve_run(args.run)
+    store.add_event(run_id, "pin", pinned=not args.unpin)
+    print(f"{run_id} {'unpinned' if args.unpin else 'pinned: gc keeps its outputs'}")
+    return 0
+
+
 def cmd_recipes(args: argparse.Namespace) -> int:
     from jobs import recipes
 
@@ -279,6 +357,31 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("index", help="bring the SQLite index up to date with the records")
     s.add_argument("--rebuild", action="store_true", help="drop it and read every record again")
     s.set_defaults(func=cmd_index)
+
+    s = sub.add_parser("reproduce", help="re-run a record exactly (code, config, inputs) and compare outputs")
+    s.add_argument("run")
+    s.add_argument("--allow-env-drift", action="store_true", help="run even if installed packages differ from the record")
+    s.set_defaults(func=cmd_reproduce)
+
+    s = sub.add_parser("diff", help="how two runs differ: config, code, environment, inputs, outputs")
+    s.add_argument("a")
+    s.add_argument("b")
+    s.set_defaults(func=cmd_diff)
+
+    s = sub.add_parser("verify", help="re-hash artifacts and report corruption")
+    s.add_argument("id", nargs="?")
+    s.add_argument("--all", action="store_true")
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("gc", help="delete artifacts nothing keeps (dry run unless --yes)")
+    s.add_argument("--older-than", type=float, default=7.0, metavar="DAYS", help="retention (default 7 days)")
+    s.add_argument("--yes", action="store_true", help="really delete")
+    s.set_defaults(func=cmd_gc)
+
+    s = sub.add_parser("pin", help="keep a run's outputs from gc (--unpin to release)")
+    s.add_argument("run")
+    s.add_argument("--unpin", action="store_true")
+    s.set_defaults(func=cmd_pin)
 
     s = sub.add_parser("recipes", help="recipes and their stages")
     s.set_defaults(func=cmd_recipes)

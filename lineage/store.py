@@ -42,6 +42,7 @@ class RunView:
     metrics: dict[str, Any] = field(default_factory=dict)
     trackers: dict[str, str] = field(default_factory=dict)
     jobs: list[dict] = field(default_factory=list)
+    pinned: bool = False
     updated: float = 0.0
 
 
@@ -65,6 +66,8 @@ def fold(run_id: str, spec: dict, events: list[dict]) -> RunView:
             view.metrics.update(ev["metrics"])
         elif kind == "tracker":
             view.trackers.update(ev["trackers"])
+        elif kind == "pin":
+            view.pinned = ev["pinned"]
         elif kind == "job":
             view.jobs.append({k: v for k, v in ev.items() if k not in ("id", "kind", "run")})
         view.updated = max(view.updated, ev["time"])
