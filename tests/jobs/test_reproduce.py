@@ -1,0 +1,117 @@
+"""Run cache, reproduce, diff, verify, gc and pin, end to end through the CLI on the test stages."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import run_jobs
+from lineage import Store
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+@pytest.fixture
+def env() -> dict:
+    return {"JOBS_RECIPES": str(FIXTURES / "recipes"),
+            "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+
+
+def runs(store: Path) -> list[str]:
+    return [r["id"] for r in Store(store).index().runs()]
+
+
+def test_identical_submission_reuses_the_run_and_force_reruns(tmp_path, env):
+    store = tmp_path / "s"
+    assert run_jobs(store, "submit", "testchain", "--stages", "count,double", env=env).code == 0
+    again = run_jobs(store, "submit", "testchain", "--stages", "count,double", env=env)
+    assert again.code == 0 and again.out.count("reused: an identical run already succeeded") == 2
+    assert len(runs(store)) == 2
+    changed = run_jobs(store, "submit", "testchain", "--stages", "count,double", "double.fail=false", "count.steps=4", env=env)
+    assert "reused" not in changed.out and len(runs(store)) == 4
+    forced = run_jobs(store, "submit", "testchain", "--stage", "count", "--force", env=env)
+    assert "reused" not in forced.out and len(runs(store)) == 5
+
+
+def test_corrupt_outputs_are_not_reused_and_verify_reports_them(tmp_path, env):
+    store = tmp_path / "s"
+    assert run_jobs(store, "submit", "testchain", "--stage", "count", env=env).code == 0
+    s = Store(store)
+    (run,) = runs(store)
+    art = s.run(run).outputs["result"]
+    f = Path(s.artifact(art)["path"]) / "result.json"
+    os.chmod(f, 0o644)
+    f.write_text('{"steps": 999}')
+    v = run_jobs(store, "verify", art[:12])
+    assert v.code == 1 and "CORRUPT" in v.out and "changed result.json" in v.out
+    assert run_jobs(store, "verify", "--all").code == 1
+    again = run_jobs(store, "submit", "testchain", "--stage", "count", env=env)
+    assert "reused" not in again.out and len(runs(store)) == 2
+
+
+def test_reproduce_from_another_directory_after_the_code_moved_on(tmp_path, env):
+    store = tmp_path / "s"
+    assert run_jobs(store, "submit", "testchain", "--stage", "count", "count.steps=7", env=env).code == 0
+    (run,) = runs(store)
+    # A later checkout: the recorded snapshot, not today's code, must run.
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    p = subprocess.run([str(Path(os.sys.executable).parent / "jobs"), "--store", str(store), "reproduce", run[:13]],
+                       capture_output=True, text=True, cwd=other, env={**os.environ, **env})
+    assert p.returncode == 0, p.stderr
+    assert "reproduced bit for bit" in p.stdout
+    s = Store(store)
+    new = [r for r in runs(store) if r != run][0]
+    assert s.run(new).spec["reproduces"] == run
+    assert s.run(new).spec["code"]["root"] == s.artifact(s.run(run).spec["code"]["snapshot"])["path"]
+
+
+def test_reproduce_refuses_environment_drift_unless_allowed(tmp_path, env):
+    store = tmp_path / "s"
+    assert run_jobs(store, "submit", "testchain", "--stage", "count", env=env).code == 0
+    (run,) = runs(store)
+    # Edit the recorded environment the way another machine would differ: rewrite the record's packages.
+    s = Store(store)
+    path = next((s.records / "run").rglob(f"{run}.json"))
+    spec = json.loads(path.read_text())
+    spec["environment"]["packages"]["torch"] = "0.0.1"
+    os.chmod(path, 0o644)
+    path.write_text(json.dumps(spec))
+    r = run_jobs(store, "reproduce", run, env=env)
+    assert r.code == 2 and "environment differs" in r.err and "torch 0.0.1 ->" in r.err
+    ok = run_jobs(store, "reproduce", run, "--allow-env-drift", env=env)
+    assert ok.code == 0 and "drift (allowed)" in ok.out and "reproduced bit for bit" in ok.out
+
+
+def test_diff_names_config_input_and_output_differences(tmp_path, env):
+    store = tmp_path / "s"
+    assert run_jobs(store, "submit", "testchain", "--stage", "count", "count.steps=2", env=env).code == 0
+    assert run_jobs(store, "submit", "testchain", "--stage", "count", "count.steps=3", env=env).code == 0
+    b, a = runs(store)
+    d = run_jobs(store, "diff", a, b)
+    assert d.code == 0 and "config  count.steps: 2 -> 3" in d.out and "output  result:" in d.out
+    same = run_jobs(store, "diff", a, a)
+    assert "no differences" in same.out
+
+
+def test_gc_keeps_what_is_kept_and_deletes_the_rest(tmp_path, env):
+    store = tmp_path / "s"
+    for steps in (2, 3, 4):
+        assert run_jobs(store, "submit", "testchain", "--stage", "count", f"count.steps={steps}", env=env).code == 0
+    s = Store(store)
+    newest, middle, oldest = runs(store)
+    old_art = s.run(oldest).outputs["result"]
+    mid_art = s.run(middle).outputs["result"]
+    assert run_jobs(store, "pin", middle).code == 0
+    old_path = Path(s.artifact(old_art)["path"])
+    dry = run_jobs(store, "gc", "--older-than", "0")
+    assert dry.code == 0 and old_art[:20] in dry.out and mid_art[:20] not in dry.out
+    assert Path(s.artifact(old_art)["path"]).exists()            # a dry run deletes nothing
+    wet = run_jobs(store, "gc", "--older-than", "0", "--yes")
+    assert wet.code == 0 and "deleted 1 artifact" in wet.out
+    assert not old_path.exists()
+    assert run_jobs(store, "show", old_art).code == 2
+    assert run_jobs(store, "verify", "--all").code == 0          # what remains is whole
+    assert run_jobs(store, "gc", "--older-than", "30").out.startswith("0 artifact")
