@@ -77,33 +77,46 @@ class Index:
         now = time.time_ns()
         writes = []
 
-        def scan(folder: Path, leaf_depth: int, handle) -> None:
-            """Walk `folder`; record files sit `leaf_depth` folders down."""
+        root_len = len(str(self.store.root)) + 1
+
+        def unchanged(folder: str, st: os.stat_result) -> bool:
+            key = folder[root_len:]
+            if known.get(key) == st.st_mtime_ns:
+                return True
+            changed[key] = st.st_mtime_ns if now - st.st_mtime_ns > SETTLE_NS else 0
+            return False
+
+        def scan(folder: str, leaf_depth: int, handle, guarded: int = -1) -> None:
+            """Walk `folder`; record files sit `leaf_depth` folders down.
+
+            A folder at depth `guarded` is skipped when its mtime is unchanged: writers touch it
+            whenever they add a record anywhere below it (see Store.add_event).
+            """
             try:
-                st = folder.stat()
+                st = os.stat(folder)
             except FileNotFoundError:
                 return
-            key = str(folder.relative_to(self.store.root))
             if leaf_depth == 0:
-                if known.get(key) == st.st_mtime_ns:
+                if unchanged(folder, st):
                     return
                 for entry in os.scandir(folder):
                     if entry.name.endswith(".json") and not entry.name.startswith("."):
                         writes.append((handle, Path(entry.path)))
-                changed[key] = st.st_mtime_ns if now - st.st_mtime_ns > SETTLE_NS else 0
+                return
+            if guarded == 0 and unchanged(folder, st):
                 return
             for entry in os.scandir(folder):
                 if entry.is_dir() and not entry.name.startswith("."):
-                    scan(Path(entry.path), leaf_depth - 1, handle)
+                    scan(entry.path, leaf_depth - 1, handle, guarded - 1)
 
-        records = self.store.records
-        scan(records / "run", 1, self._add_run)
-        scan(records / "artifact", 1, self._add_artifact)
-        scan(records / "event", 2, self._add_event)
+        records = str(self.store.records)
+        scan(os.path.join(records, "run"), 1, self._add_run)
+        scan(os.path.join(records, "artifact"), 1, self._add_artifact)
+        scan(os.path.join(records, "event"), 2, self._add_event, guarded=1)
         if self.store.refs.is_dir():
             for dirpath, dirnames, filenames in os.walk(self.store.refs):
                 if filenames:
-                    scan(Path(dirpath), 0, self._add_ref)
+                    scan(dirpath, 0, self._add_ref)
         if not writes and not changed:
             return
         with self.db:

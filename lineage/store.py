@@ -132,6 +132,9 @@ class Store:
         event_id = uuid7()
         path = self.records / "event" / fanout(run_id) / run_id / f"{event_id}.json"
         write_record(path, {"id": event_id, "run": run_id, "kind": kind, "time": time.time(), **data})
+        # A new file changes only its own folder's mtime; touching the fan folder too lets the index
+        # skip, at a glance, every fan where no run got a new event.
+        os.utime(path.parent.parent)
 
     def events(self, run_id: str) -> list[dict]:
         folder = self.records / "event" / fanout(run_id) / run_id
