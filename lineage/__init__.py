@@ -2,6 +2,15 @@
 
 The record files are the truth; the SQLite index is a cache over them and can always be rebuilt.
 """
-from lineage.store import Store
+
+
+def __getattr__(name: str):
+    # Lazy, so that `from lineage.errors import ...` at CLI start does not pay for the store's imports.
+    if name == "Store":
+        from lineage.store import Store
+
+        return Store
+    raise AttributeError(name)
+
 
 __all__ = ["Store"]

@@ -11,7 +11,6 @@ import hashlib
 import os
 import sqlite3
 import stat
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +122,8 @@ def manifest(root: Path, cache: StatCache | None = None, workers: int | None = N
             digests[rel] = cached
         else:
             todo.append((rel, full, st))
+    from concurrent.futures import ThreadPoolExecutor
+
     # Big files first so the pool does not end on one long tail.
     todo.sort(key=lambda t: -t[2].st_size)
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:

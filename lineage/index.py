@@ -31,10 +31,11 @@ CREATE TABLE IF NOT EXISTS edges (run TEXT, artifact TEXT, role TEXT, direction 
 CREATE INDEX IF NOT EXISTS edges_artifact ON edges (artifact);
 CREATE TABLE IF NOT EXISTS refs (name TEXT, version INTEGER, artifact TEXT, run TEXT, time REAL,
     PRIMARY KEY (name, version));
+CREATE INDEX IF NOT EXISTS refs_artifact ON refs (artifact);
 CREATE TABLE IF NOT EXISTS folders (path TEXT PRIMARY KEY, mtime_ns INTEGER);
 """
 SETTLE_NS = 2_000_000_000
-VERSION = 2  # bump when SCHEMA changes: an index of another version is rebuilt
+VERSION = 3  # bump when SCHEMA changes: an index of another version is rebuilt
 TABLES = ("runs", "events", "artifacts", "edges", "refs", "folders")
 
 
@@ -113,8 +114,9 @@ class Index:
         scan(os.path.join(records, "run"), 1, self._add_run)
         scan(os.path.join(records, "artifact"), 1, self._add_artifact)
         scan(os.path.join(records, "event"), 2, self._add_event, guarded=1)
-        if self.store.refs.is_dir():
-            for dirpath, dirnames, filenames in os.walk(self.store.refs):
+        refs_root = str(self.store.refs)
+        if os.path.isdir(refs_root) and not unchanged(refs_root, os.stat(refs_root)):
+            for dirpath, dirnames, filenames in os.walk(refs_root):
                 if filenames:
                     scan(dirpath, 0, self._add_ref)
         if not writes and not changed:

@@ -6,6 +6,7 @@ append-only log; `:latest` is its highest version.
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -37,6 +38,7 @@ def add(root: Path, name: str, artifact: str, run: str | None) -> int:
     while True:
         entry = {"name": name, "version": version, "artifact": artifact, "run": run, "time": time.time()}
         if write_record(root / name / f"v{version:06d}.json", entry, exclusive=True):
+            os.utime(root)  # tells the index, at a glance, that some name has a new version
             return version
         version += 1
 
