@@ -31,7 +31,7 @@ def build_slice(args: tuple[str, int, int, int]) -> None:
     store = Store(Path(root))
     rng = random.Random(seed)
     mine: list[str] = []
-    work = Path(root).parent / "work"
+    work = Path(root).parent / f"work-{Path(root).name}"
     for i in range(start, stop):
         inputs = {"data": rng.choice(mine)} if mine and rng.random() < 0.8 else {}
         run = store.create_run({"recipe": "bench", "stage": f"s{i % 7}", "inputs": inputs, "config": {"i": i}})
@@ -50,7 +50,7 @@ def build(root: Path, runs: int, depth: int) -> str:
 
     store = Store.open(root, create=True)
     prev = None
-    work = root.parent / "work"
+    work = root.parent / f"work-{root.name}"
     for i in range(depth):
         run = store.create_run({"recipe": "bench", "stage": "chain", "inputs": {"model": prev} if prev else {},
                                 "config": {"depth": i}})
