@@ -3,5 +3,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/dev/setup.sh"
+"$root/dev/slurm/up.sh"   # the Slurm tests run against this real cluster; none is skipped
 cd "$root"
 exec "$root/.venv/bin/python" -m pytest -ra "$@"

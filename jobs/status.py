@@ -57,11 +57,12 @@ def reconcile(store: Store, view: RunView, live: Live | None) -> RunView:
         return view
     reason = None
     if live.state == "CANCELLED":
-        if "Dependency" in live.reason:
-            ups = sorted({ref["run"] for ref in view.spec.get("pending_inputs", {}).values()})
-            reason = f"not run: upstream run {', '.join(ups)} did not succeed ({live.reason})"
+        ups = sorted({ref["run"] for ref in view.spec.get("pending_inputs", {}).values()})
+        failed = [u for u in ups if store.run(u).state in ("FAILED", "CANCELLED")]
+        if failed:  # Slurm cancels a job whose afterok can never be met (kill_invalid_depend)
+            reason = f"not run: upstream run {', '.join(failed)} did not succeed"
         else:
-            reason = "cancelled in Slurm"
+            reason = "cancelled in Slurm" + (f" ({live.reason})" if live.reason else "")
         store.add_event(view.id, "status", state="CANCELLED", reason=reason)
     elif live.state in FAILED_STATES:
         store.add_event(view.id, "status", state="FAILED", reason=f"Slurm ended the job: {live.state} exit {live.exit_code}")

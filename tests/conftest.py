@@ -1,46 +1,11 @@
-"""Fixtures shared by every test: a store on a shell-hostile path, and the real `jobs` command."""
+"""Fixtures shared by every test: a store on a shell-hostile path, and a store the data stage filled."""
 from __future__ import annotations
 
-import hashlib
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-JOBS = str(Path(sys.executable).parent / "jobs")
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-def run_jobs(store: Path, *args: str, env: dict | None = None, timeout: float = 600) -> Result:
-    """The installed console script in a subprocess, exactly as a user runs it."""
-    p = subprocess.run([JOBS, "--store", str(store), *args], capture_output=True, text=True,
-                       env={**os.environ, **(env or {})}, timeout=timeout)
-    return Result(p.returncode, p.stdout, p.stderr)
-
-
-def tree_digest(root: Path) -> str:
-    """Every path, mode and byte under `root`: equal digests mean the tree did not change at all."""
-    h = hashlib.sha256()
-    if not root.exists():
-        return "absent"
-    for dirpath, dirnames, filenames in sorted(os.walk(root)):
-        dirnames.sort()
-        for name in sorted(filenames) + [""]:
-            p = Path(dirpath) / name
-            st = p.lstat()
-            h.update(f"{p.relative_to(root)}|{st.st_mode}|{st.st_size}\n".encode())
-            if name:
-                h.update(p.read_bytes())
-    return h.hexdigest()
+from helpers import run_jobs
 
 
 @pytest.fixture

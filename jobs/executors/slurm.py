@@ -162,9 +162,12 @@ class SlurmExecutor:
 def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget) -> str:
     """Every stage's sbatch script, as it would be submitted, with the chain's dependencies spelled out."""
     out = []
+    preview = SlurmTarget(target.profile, allow_unpinned=True)  # show it all; a real submit still refuses
     for stage in stages:
-        image = image_for(stage, target)
+        image = image_for(stage, preview)
         params = sbatch_params(stage, target.profile, store_root, image)
+        if image is not None and not image.pinned and not target.allow_unpinned:
+            out.append(f"# WARNING: {image.name} ({image.image}) is not pinned by digest: a real submit refuses it")
         folder = store_root / "runs" / f"<run {stage['stage']}>" / "logs"
         ups = sorted({st for st, _ in stage.get("upstream", {}).values()})
         dependency = "afterok:" + ":".join(f"<job {u}>" for u in ups) if ups else None

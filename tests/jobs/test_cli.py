@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_jobs, tree_digest
+from helpers import run_jobs, tree_digest
 from lineage import Store
 
 

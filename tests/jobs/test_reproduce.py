@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_jobs
+from helpers import run_jobs
 from lineage import Store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
