@@ -44,7 +44,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise ExecutorError("say which stage(s) to run: --stage STAGE, --stage all, or --stages a,b")
     if args.executor == "local":
         store = Store(store_path(args))
-        plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, "local")
+        plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, "local", not args.dry_run)
         if args.dry_run:
             from jobs.show import print_plan
             print_plan(plan)
@@ -63,7 +63,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     target = slurm.SlurmTarget(profiles.load(args.profile), allow_unpinned=args.allow_unpinned)
     root = Path(args.store or os.environ.get("JOBS_HOME") or target.profile.store or DEFAULT_STORE).expanduser()
     store = Store(root)
-    plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, "slurm")
+    plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, "slurm", not args.dry_run)
     stages = [asdict(sp) for sp in plan.stages]
     if args.dry_run:
         print(slurm.dry_run(store.root, stages, target))

@@ -50,7 +50,8 @@ def parse_inputs(pairs: list[str]) -> dict[str, str]:
 
 
 def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[str],
-              inputs: list[str], executor: str) -> Plan:
+              inputs: list[str], executor: str, check_modules: bool = True) -> Plan:
+    """`check_modules=False` (dry runs) renders stages whose code is not installed on this machine."""
     from jobs.provenance import code_state, python_env
 
     recipe = recipes.load(recipe_name)
@@ -64,7 +65,7 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[st
 
     plans = []
     for spec in selected:
-        if importlib.util.find_spec(spec.module) is None:
+        if check_modules and importlib.util.find_spec(spec.module) is None:
             raise RecipeError(f"stage {recipe.name}/{spec.name}: module {spec.module} is not installed")
         resolved, upstream = {}, {}
         for inp in spec.inputs:

@@ -1,0 +1,138 @@
+"""The training loop every tiny stage shares: AdamW, warmup + cosine decay, clipping, data parallel,
+checkpoints every N steps and on Slurm's signal, and exact resume.
+
+The data is a pure function of the step (`loss_fn(model, step, rank, world)` picks its own
+examples), so the data position is just the step number, and a resumed run sees the same batches.
+A checkpoint holds model, optimizer, scheduler, RNG states and the step, written atomically.
+"""
+from __future__ import annotations
+
+import io
+import math
+import random
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from lineage.records import atomic_write
+
+
+@dataclass(frozen=True)
+class Schedule:
+    steps: int
+    lr: float
+    warmup: int = 50
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    checkpoint_every: int = 200
+    log_every: int = 25
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "Schedule":
+        return cls(**{k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg})
+
+    def factor(self, step: int) -> float:
+        """Linear warmup to 1, then cosine down to min_lr_ratio."""
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def init_distributed(dist_info) -> bool:
+    """Join the job's process group when there is more than one rank (gloo on CPU, nccl on GPU)."""
+    import torch
+    import torch.distributed as dist
+
+    if dist_info.world_size == 1 or dist.is_initialized():
+        return dist_info.world_size > 1
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://{dist_info.master_addr}:{dist_info.master_port}",
+                            rank=dist_info.rank, world_size=dist_info.world_size)
+    return True
+
+
+def _rng_state() -> dict:
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(state: dict) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
+    """Train `model` for `schedule.steps` steps; returns the trained (unwrapped) model.
+
+    `loss_fn(model, step, rank, world) -> (loss tensor, {metric: float})` computes this rank's
+    share of step `step`'s global batch.
+    """
+    import torch
+    import torch.distributed as dist
+
+    distributed = init_distributed(ctx.dist)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    rest = [p for n, p in model.named_parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": schedule.weight_decay},
+                                   {"params": rest, "weight_decay": 0.0}], lr=schedule.lr, betas=(0.9, 0.95))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule.factor)
+    ckpt = ctx.checkpoint_dir / f"{name}.pt"
+    start = 0
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"])
+        start = state["step"]
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+
+    def save(step: int) -> None:
+        if ctx.dist.is_main:
+            buf = io.BytesIO()
+            torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "rng": _rng_state()}, buf)
+            atomic_write(ckpt, buf.getvalue())
+        if distributed:
+            dist.barrier()
+
+    bar = None
+    if ctx.dist.is_main and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=schedule.steps, initial=start, desc=f"{ctx.stage}", leave=False)
+    model.train()
+    for step in range(start, schedule.steps):
+        if ctx.should_stop():
+            save(step)
+            ctx.requeue()
+        loss, metrics = loss_fn(ddp, step, ctx.dist.rank, ctx.dist.world_size)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        if bar is not None:
+            bar.update(1)
+        if (step + 1) % schedule.log_every == 0 or step + 1 == schedule.steps:
+            value = loss.detach().clone()
+            if distributed:
+                dist.all_reduce(value)
+                value /= ctx.dist.world_size
+            ctx.log({f"{name}/loss": value.item(), f"{name}/lr": scheduler.get_last_lr()[0],
+                     f"{name}/grad_norm": grad_norm.item(), **{f"{name}/{k}": v for k, v in metrics.items()}},
+                    step=step + 1)
+        if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
+            save(step + 1)
+    if bar is not None:
+        bar.close()
+    model.eval()
+    return model
