@@ -34,9 +34,12 @@ def run(ctx) -> dict[str, Path]:
     ctx.log({"pretrain/parameters": sum(p.numel() for p in model.parameters())}, step=0)
 
     def loss_fn(m, step, rank, world):
-        picked = batches.indices(ctx.config["seed"], step, len(rows), cfg["batch_size"], rank, world)
+        seed, size = ctx.config["seed"], cfg["batch_size"]
+        everyone = batches.indices(seed, step, len(rows), size)
+        picked = batches.indices(seed, step, len(rows), size, rank, world)
         ids, mask = lm.pad([rows[i] for i in picked], tokenizer.pad_token_id)
-        return causal_lm_loss(m, ids, mask, mask), {}
+        tokens = sum(len(rows[i]) - 1 for i in everyone) / world
+        return causal_lm_loss(m, ids, mask, mask, tokens), {}
 
     model = train(ctx, model, Schedule.from_config(cfg), loss_fn, "pretrain")
     tracking.stop(trackers)

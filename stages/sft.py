@@ -42,10 +42,13 @@ def run(ctx) -> dict[str, Path]:
     def loss_fn(m, step, rank, world):
         import torch
 
-        picked = batches.bucketed(ctx.config["seed"], step, groups, cfg["batch_size"], rank, world)
+        seed, size = ctx.config["seed"], cfg["batch_size"]
+        everyone = batches.bucketed(seed, step, groups, size)
+        picked = batches.bucketed(seed, step, groups, size, rank, world)
         ids = torch.tensor([rows[i] for i in picked])
         loss_mask = torch.tensor([masks[i] for i in picked])
-        return causal_lm_loss(m, ids, torch.ones_like(ids), loss_mask), {}
+        tokens = sum(sum(masks[i][1:]) for i in everyone) / world
+        return causal_lm_loss(m, ids, torch.ones_like(ids), loss_mask, tokens), {}
 
     model = train(ctx, model, Schedule.from_config(cfg), loss_fn, "sft")
     tracking.stop(trackers)
