@@ -54,6 +54,8 @@ def print_run(store, idx, run_id: str) -> None:
     for a in v.attempts:
         took = f"{a['end'] - a['start']:.1f} s" if a.get("end") and a.get("start") else "running"
         print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}  {_when(a.get('start'))}  {took}  exit {a.get('exit', '-')}")
+    for name, where in sorted(v.trackers.items()):
+        print(f"tracker   {name:<10} {where}")
     if v.metrics:
         print("metrics   " + "  ".join(f"{k}={_num(x)}" for k, x in sorted(v.metrics.items())))
     print(f"folder    {store.run_dir(run_id)}")

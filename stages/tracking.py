@@ -29,7 +29,7 @@ class WandB:
         self.run.log(metrics, step=step)
 
     def close(self) -> None:
-        self.run.finish(quiet=True)
+        self.run.finish()
 
 
 def start(ctx) -> list:
