@@ -285,6 +285,44 @@ def cmd_pin(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_containers(args: argparse.Namespace) -> int:
+    import shlex
+    import shutil
+    import subprocess
+
+    from jobs import containers
+    from jobs.errors import JobsError
+
+    if args.action == "list":
+        for name, image in sorted(containers.load_lock().items()):
+            print(f"{name:<10} {image.reference}" + ("" if image.pinned else "   (NOT PINNED)"))
+        return 0
+    if not args.name:
+        raise JobsError(f"`jobs containers {args.action}` needs an image name (see `jobs containers list`)")
+    if args.action == "pin":
+        if not args.digest:
+            raise JobsError("no registry is reachable from here: pass the digest, "
+                            f"`jobs containers pin {args.name} --digest sha256:…` (from `docker buildx imagetools inspect`)")
+        image = containers.pin(args.name, args.digest)
+        print(f"{args.name} pinned: {image.reference}")
+        return 0
+    image = containers.resolve(args.name)
+    target = Path(args.dir).expanduser() / containers.squashfs_name(image)
+    commands = containers.import_commands(image, Path(args.dir).expanduser(), srun=args.srun)
+    if args.dry_run:
+        print("\n".join(shlex.join(c) for c in commands))
+        return 0
+    if target.exists():
+        print(f"{target} already holds {image.reference}")
+        return 0
+    if not shutil.which("enroot") and not args.srun:
+        raise JobsError("enroot is not installed on this machine: run with --srun on a Slurm cluster, or --dry-run")
+    for c in commands:
+        subprocess.run(c, check=True)
+    print(f"imported {image.reference} to {target}")
+    return 0
+
+
 def cmd_recipes(args: argparse.Namespace) -> int:
     from jobs import recipes
 
@@ -382,6 +420,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run")
     s.add_argument("--unpin", action="store_true")
     s.set_defaults(func=cmd_pin)
+
+    s = sub.add_parser("containers", help="images in containers.lock: list, pin a digest, import to squashfs")
+    s.add_argument("action", choices=["list", "pin", "import"])
+    s.add_argument("name", nargs="?")
+    s.add_argument("--digest", help="with pin: the sha256:… digest to record")
+    s.add_argument("--dir", default="~/.cache/jobs/enroot", help="with import: where squashfs images live")
+    s.add_argument("--srun", action="store_true", help="with import: run enroot on a compute node through srun")
+    s.add_argument("--dry-run", action="store_true", help="with import: print the commands only")
+    s.set_defaults(func=cmd_containers)
 
     s = sub.add_parser("recipes", help="recipes and their stages")
     s.set_defaults(func=cmd_recipes)

@@ -67,3 +67,45 @@ def resolve(name: str, allow_unpinned: bool = False) -> Image:
         raise ExecutorError(f"container {name!r} ({image.image}) is not pinned by digest in {LOCK}: "
                             f"pin it with `jobs containers pin {name}` or pass --allow-unpinned")
     return image
+
+
+def pin(name: str, digest: str, path: Path | None = None) -> Image:
+    """Write `digest` for `name` into the lock (atomically), keeping every other line as it was."""
+    from lineage.records import atomic_write
+
+    path = path or LOCK
+    if not DIGEST.match(digest):
+        raise ExecutorError(f"bad digest {digest!r}: expected sha256: and 64 lowercase hex digits")
+    images = load_lock(path)
+    if name not in images:
+        raise ExecutorError(f"container {name!r} is not in {path} (images: {', '.join(sorted(images)) or 'none'})")
+    lines = path.read_text().splitlines(keepends=True)
+    inside, done = False, False
+    for i, line in enumerate(lines):
+        if not line.startswith((" ", "#", "\n")):
+            inside = line.split(":")[0].strip() == name
+        elif inside and line.strip().startswith("digest:"):
+            indent = line[: len(line) - len(line.lstrip())]
+            lines[i] = f"{indent}digest: {digest}\n"
+            done = True
+    if not done:
+        raise ExecutorError(f"{path}: entry {name!r} has no digest line to update")
+    atomic_write(path, "".join(lines).encode())
+    return load_lock(path)[name]
+
+
+def squashfs_name(image: Image) -> str:
+    """The local squashfs for an image, named by its digest so a re-pushed tag never goes stale."""
+    if not image.pinned:
+        raise ExecutorError(f"container {image.name!r} is not pinned: pin it before importing")
+    repo = image.image.rsplit(":", 1)[0] if _has_tag(image.image) else image.image
+    return f"{repo.replace('/', '+')}@sha256_{image.digest.split(':', 1)[1]}.sqsh"
+
+
+def import_commands(image: Image, folder: Path, srun: bool = False) -> list[list[str]]:
+    """`enroot import` into folder/<name by digest>.sqsh; on a login node, through srun on a compute node."""
+    target = folder / squashfs_name(image)
+    cmd = ["enroot", "import", "--output", str(target), f"docker://{image.pyxis}"]
+    if srun:
+        cmd = ["srun", "--nodes=1", "--ntasks=1", "--exclusive", *cmd]
+    return [["mkdir", "-p", str(folder)], cmd]

@@ -1,0 +1,53 @@
+"""`jobs containers`: list, pin (atomic lock edit), import commands named by digest."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import run_jobs
+from jobs import containers
+from jobs.errors import ExecutorError
+
+LOCK = Path(__file__).parents[2] / "containers" / "containers.lock"
+
+
+@pytest.fixture
+def lock(tmp_path, monkeypatch) -> Path:
+    copy = tmp_path / "containers.lock"
+    shutil.copy(LOCK, copy)
+    monkeypatch.setattr(containers, "LOCK", copy)
+    return copy
+
+
+def test_pin_writes_the_digest_and_keeps_the_rest(lock):
+    before = lock.read_text()
+    image = containers.pin("nemo-rl", "sha256:" + "ef" * 32)
+    assert image.pinned and image.reference == "nvcr.io/nvidia/nemo-rl@sha256:" + "ef" * 32
+    after = lock.read_text()
+    assert [l for l in before.splitlines() if "digest" not in l] == [l for l in after.splitlines() if "digest" not in l]
+    assert containers.load_lock()["nemo"].digest == containers.load_lock(LOCK)["nemo"].digest
+    with pytest.raises(ExecutorError, match="bad digest"):
+        containers.pin("nemo", "sha256:beef")
+    with pytest.raises(ExecutorError, match="not in"):
+        containers.pin("nope", "sha256:" + "ef" * 32)
+
+
+def test_import_is_named_by_digest_never_by_tag(lock):
+    image = containers.resolve("nemo")
+    (mkdir, cmd) = containers.import_commands(image, Path("/sqsh"), srun=True)
+    out = cmd[cmd.index("--output") + 1]
+    assert out == f"/sqsh/nvcr.io+nvidia+nemo@sha256_{image.digest[7:]}.sqsh" and "26.06.01" not in out
+    assert cmd[0] == "srun" and cmd[-1] == f"docker://nvcr.io#nvidia/nemo@{image.digest}"
+    with pytest.raises(ExecutorError, match="not pinned"):
+        containers.squashfs_name(containers.load_lock()["nemo-rl"])
+
+
+def test_cli_list_and_errors(tmp_path):
+    r = run_jobs(tmp_path / "s", "containers", "list")
+    assert r.code == 0 and "nemo " in r.out and "NOT PINNED" in r.out
+    for args, msg in ((["pin", "nemo", "--digest", "sha256:xyz"], "bad digest"),
+                      (["pin", "nemo"], "pass the digest"),
+                      (["import", "nosuch", "--dry-run"], "not in"),
+                      (["import", "nemo"], "enroot is not installed")):
+        r = run_jobs(tmp_path / "s", "containers", *args)
+        assert r.code == 2 and msg in r.err and len(r.err.strip().splitlines()) == 1
