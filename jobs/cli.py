@@ -323,6 +323,29 @@ def cmd_containers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    import json
+
+    from jobs.errors import JobsError
+    from lineage import exports
+
+    store = open_store(args)
+    if args.dvc:
+        dvc_file = exports.export_dvc(store, store.resolve_artifact(args.id), Path(args.dvc), args.name)
+        print(f"wrote {dvc_file} (then: git add {dvc_file.name} .gitignore && dvc push)")
+        return 0
+    if args.openlineage:
+        events = exports.openlineage_events(store, store.index().resolve_run(args.id))
+        text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
+        if args.out:
+            Path(args.out).write_text(text)
+            print(f"wrote {len(events)} OpenLineage event(s) to {args.out}")
+        else:
+            sys.stdout.write(text)
+        return 0
+    raise JobsError("say what to export: ART --dvc DIR, or RUN --openlineage [--out FILE]")
+
+
 def cmd_recipes(args: argparse.Namespace) -> int:
     from jobs import recipes
 
@@ -429,6 +452,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--srun", action="store_true", help="with import: run enroot on a compute node through srun")
     s.add_argument("--dry-run", action="store_true", help="with import: print the commands only")
     s.set_defaults(func=cmd_containers)
+
+    s = sub.add_parser("export", help="an artifact into a DVC repo, or a run as OpenLineage events")
+    s.add_argument("id", help="ART (with --dvc) or RUN (with --openlineage)")
+    s.add_argument("--dvc", metavar="DIR", help="a DVC repository to put the artifact in")
+    s.add_argument("--name", help="with --dvc: the folder name in the repo")
+    s.add_argument("--openlineage", action="store_true", help="print (or --out) OpenLineage RunEvents as JSON lines")
+    s.add_argument("--out", help="with --openlineage: write to this file")
+    s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("recipes", help="recipes and their stages")
     s.set_defaults(func=cmd_recipes)

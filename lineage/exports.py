@@ -1,0 +1,121 @@
+"""Exports of the lineage to other tools: a DVC-tracked copy of an artifact, OpenLineage run events.
+
+DVC: we write the `.dvc` file and DVC's cache objects ourselves from the artifact's files (md5 per
+file, the sorted `.dir` listing, its md5), so the real `dvc status`, `dvc push` and `dvc pull` accept
+them without `dvc add` re-hashing the whole folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from lineage.errors import LineageError
+from lineage.store import Store
+
+OPENLINEAGE_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent"
+PRODUCER = "https://github.com/jobs-llm/jobs"
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        while chunk := f.read(4 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _cache_put(cache: Path, md5: str, data_from: Path | None = None, data: bytes | None = None) -> None:
+    obj = cache / "files" / "md5" / md5[:2] / md5[2:]
+    if obj.exists():
+        return
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    tmp = obj.with_name(f".{obj.name}.tmp")
+    if data_from is not None:
+        shutil.copyfile(data_from, tmp)
+    else:
+        tmp.write_bytes(data or b"")
+    os.chmod(tmp, 0o444)
+    os.replace(tmp, obj)
+
+
+def export_dvc(store: Store, art_id: str, repo: Path, name: str | None = None) -> Path:
+    """Put the artifact at repo/<name> with repo/<name>.dvc and DVC cache objects; returns the .dvc path."""
+    if not (repo / ".dvc").is_dir():
+        raise LineageError(f"{repo} is not a DVC repository (run `git init && dvc init` there first)")
+    record = store.artifact(art_id)
+    src = Path(record["path"])
+    store.verify(art_id)  # never export bytes that no longer match the record
+    name = name or (record.get("name") or art_id).replace("/", "-")
+    dest = repo / name
+    if dest.exists():
+        raise LineageError(f"{dest} exists already: pass another --name or remove it")
+    cache = repo / ".dvc" / "cache"
+    entries = []
+    for e in record["manifest"]:
+        file = src / e["path"] if record.get("is_dir", True) else src
+        out = dest / e["path"]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, out)
+        md5 = _md5(out)
+        _cache_put(cache, md5, data_from=out)
+        entries.append({"md5": md5, "relpath": e["path"]})
+    listing = json.dumps(sorted(entries, key=lambda x: x["relpath"]), sort_keys=True).encode()
+    dir_md5 = hashlib.md5(listing).hexdigest() + ".dir"
+    _cache_put(cache, dir_md5, data=listing)
+    dvc_file = repo / f"{name}.dvc"
+    dvc_file.write_text(
+        "outs:\n"
+        f"- md5: {dir_md5}\n"
+        f"  size: {record['size']}\n"
+        f"  nfiles: {len(entries)}\n"
+        "  hash: md5\n"
+        f"  path: {name}\n"
+        "meta:\n"
+        f"  jobs_artifact: {art_id}\n"
+    )
+    ignore = repo / ".gitignore"
+    lines = ignore.read_text().splitlines() if ignore.exists() else []
+    if f"/{name}" not in lines:
+        ignore.write_text("\n".join([*lines, f"/{name}"]) + "\n")
+    return dvc_file
+
+
+def openlineage_events(store: Store, run_id: str) -> list[dict]:
+    """START and COMPLETE (or FAIL / ABORT) RunEvents for one run, per the OpenLineage 2 spec."""
+    view = store.run(run_id)
+    spec = view.spec
+    namespace = f"jobs://{store.root}"
+
+    def dataset(art: str, role: str) -> dict:
+        rec = store.artifact(art)
+        return {
+            "namespace": namespace, "name": art,
+            "facets": {"jobs_artifact": {"_producer": PRODUCER, "_schemaURL": f"{PRODUCER}#artifact",
+                                         "kind": rec["kind"], "role": role, "size": rec["size"],
+                                         "files": len(rec["manifest"]), "path": rec["path"]}},
+        }
+
+    def iso(ts: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+
+    job = {"namespace": namespace, "name": f"{spec['recipe']}.{spec['stage']}"}
+    run_facets = {"jobs_run": {"_producer": PRODUCER, "_schemaURL": f"{PRODUCER}#run",
+                               "code": spec.get("code", {}).get("git_sha"),
+                               "code_snapshot": spec.get("code", {}).get("snapshot"),
+                               "environment": spec.get("container_image") or spec.get("environment", {}).get("digest"),
+                               "run_key": spec.get("run_key"), "config": spec["config"]}}
+    inputs = [dataset(a, r) for r, a in sorted(view.inputs.items())]
+    start = view.attempts[0]["start"] if view.attempts and view.attempts[0].get("start") else spec["created"]
+    events = [{"eventType": "START", "eventTime": iso(start), "run": {"runId": run_id, "facets": run_facets},
+               "job": job, "inputs": inputs, "outputs": [], "producer": PRODUCER, "schemaURL": OPENLINEAGE_SCHEMA}]
+    end_type = {"SUCCEEDED": "COMPLETE", "FAILED": "FAIL", "CANCELLED": "ABORT"}.get(view.state)
+    if end_type:
+        events.append({"eventType": end_type, "eventTime": iso(view.updated), "run": {"runId": run_id},
+                       "job": job, "inputs": inputs,
+                       "outputs": [dataset(a, n) for n, a in sorted(view.outputs.items())],
+                       "producer": PRODUCER, "schemaURL": OPENLINEAGE_SCHEMA})
+    return events
