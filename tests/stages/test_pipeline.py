@@ -29,6 +29,18 @@ def test_reward_model_ranks_held_out_pairs(pipeline):
     rm = latest(pipeline, "rm")
     assert rm.metrics["rm/held_out_accuracy"] > 0.9
     assert rm.metrics["rm/held_out_pairs"] == 400
+    # The saved artifact scores like the trained model: right sums above near misses.
+    from stages.lm import load_tokenizer
+    from stages.rm import encode, load_reward_model, score
+    folder = artifact_path(pipeline, rm.outputs["reward_model"])
+    model, tok = load_reward_model(folder), load_tokenizer(folder)
+    prompts = ["12+30=", "45+21=", "33+33=", "50+40=", "18+71=", "26+52="]
+    right = [str(eval(p[:-1])) for p in prompts]
+    wrong = [str(int(r) + 10) for r in right]
+    import torch
+    with torch.no_grad():
+        margin = score(model, tok, *encode(tok, prompts, right)) - score(model, tok, *encode(tok, prompts, wrong))
+    assert (margin > 0).sum() >= 5
 
 
 def test_eval_report_has_every_sample(pipeline):
