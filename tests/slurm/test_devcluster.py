@@ -23,7 +23,7 @@ def final_state(job: str, deadline_s: float = 60) -> str:
 
 def test_two_idle_nodes_and_accounting(slurm_cluster):
     assert sh("sinfo", "-h", "-N", "-o", "%N").split() == ["node1", "node2"]
-    job = sh("sbatch", "--parsable", "--wrap", "true").strip()
+    job = sh("sbatch", "--parsable", "--output=/dev/null", "--wrap", "true").strip()
     assert final_state(job) == "COMPLETED"
     assert sh("sacct", "-n", "-X", "-P", "-j", job, "-o", "ExitCode").strip() == "0:0"
 
@@ -34,7 +34,7 @@ def test_srun_runs_one_task_per_node(slurm_cluster):
 
 
 def test_dependency_on_a_failed_job_is_cancelled_not_pending(slurm_cluster):
-    bad = sh("sbatch", "--parsable", "--wrap", "exit 3").strip()
-    child = sh("sbatch", "--parsable", f"--dependency=afterok:{bad}", "--wrap", "true").strip()
+    bad = sh("sbatch", "--parsable", "--output=/dev/null", "--wrap", "exit 3").strip()
+    child = sh("sbatch", "--parsable", "--output=/dev/null", f"--dependency=afterok:{bad}", "--wrap", "true").strip()
     assert final_state(bad) == "FAILED"
     assert final_state(child) == "CANCELLED"
