@@ -73,7 +73,11 @@ class Index:
 
     def _sync_locked(self) -> None:
         self.db.executescript(SCHEMA)
-        known = dict(self.db.execute("SELECT path, mtime_ns FROM folders"))
+        def known_mtime(key: str) -> int | None:
+            # One lookup per folder visited: a big store has a folder per run, far more than a sync visits.
+            row = self.db.execute("SELECT mtime_ns FROM folders WHERE path=?", (key,)).fetchone()
+            return row[0] if row else None
+
         changed: dict[str, int] = {}
         now = time.time_ns()
         writes = []
@@ -82,7 +86,7 @@ class Index:
 
         def unchanged(folder: str, st: os.stat_result) -> bool:
             key = folder[root_len:]
-            if known.get(key) == st.st_mtime_ns:
+            if known_mtime(key) == st.st_mtime_ns:
                 return True
             changed[key] = st.st_mtime_ns if now - st.st_mtime_ns > SETTLE_NS else 0
             return False
