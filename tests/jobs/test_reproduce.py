@@ -115,3 +115,19 @@ def test_gc_keeps_what_is_kept_and_deletes_the_rest(tmp_path, env):
     assert run_jobs(store, "show", old_art).code == 2
     assert run_jobs(store, "verify", "--all").code == 0          # what remains is whole
     assert run_jobs(store, "gc", "--older-than", "30").out.startswith("0 artifact")
+
+
+@pytest.mark.slow
+def test_a_tiny_training_stage_reproduces_bit_for_bit(data_store, tmp_path):
+    store = tmp_path / "s"
+    shutil.copytree(data_store, store)
+    small = ["pretrain.steps=20", "pretrain.log_every=5", "pretrain.warmup=5", "tracking.wandb=disabled",
+             "tracking.tensorboard=false"]
+    assert run_jobs(store, "submit", "tiny", "--stage", "pretrain", *small).code == 0
+    run = Store(store).index().runs(stage="pretrain")[0]["id"]
+    r = run_jobs(store, "reproduce", run)
+    assert r.code == 0, r.out + r.err
+    assert "reproduced bit for bit" in r.out
+    s = Store(store)
+    new = s.index().runs(stage="pretrain")[0]["id"]
+    assert new != run and s.run(new).outputs["model"] == s.run(run).outputs["model"]
