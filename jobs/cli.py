@@ -266,6 +266,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from lineage.gc import candidates, collect
 
     store = open_store(args)
+    if args.keep_top_k is not None:
+        return _gc_checkpoints(store, args)
     victims = candidates(store, args.older_than)
     for c in victims:
         print(f"{'delete' if args.yes else 'would delete'} {c.id[:20]} {c.kind:<12} {_size(c.size):>10} {c.age_days:5.1f} d  {c.path}")
@@ -274,6 +276,23 @@ def cmd_gc(args: argparse.Namespace) -> int:
         print(f"{len(victims)} artifact(s), {_size(total)} nothing keeps; run `jobs gc --yes` to delete them")
         return 0
     print(f"deleted {len(victims)} artifact(s), {_size(collect(store, victims))} freed")
+    return 0
+
+
+def _gc_checkpoints(store, args: argparse.Namespace) -> int:
+    """Training snapshots: keep the best K per run and series by a metric, delete the rest."""
+    from jobs.errors import JobsError
+    from lineage.gc import top_k_victims
+
+    if not args.metric:
+        raise JobsError("--keep-top-k needs --metric NAME (e.g. sft/loss; add --higher-is-better for accuracies)")
+    victims = top_k_victims(store, args.keep_top_k, args.metric, args.higher_is_better)
+    for v in victims:
+        print(f"{'delete' if args.yes else 'would delete'} {v.run} {v.series} step {v.step} ({args.metric}={v.metrics[args.metric]:.4g})")
+        if args.yes:
+            for f in v.files:
+                f.unlink(missing_ok=True)
+    print(f"{len(victims)} snapshot(s) {'deleted' if args.yes else 'beyond the best ' + str(args.keep_top_k) + '; --yes deletes them'}")
     return 0
 
 
@@ -437,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("gc", help="delete artifacts nothing keeps (dry run unless --yes)")
     s.add_argument("--older-than", type=float, default=7.0, metavar="DAYS", help="retention (default 7 days)")
     s.add_argument("--yes", action="store_true", help="really delete")
+    s.add_argument("--keep-top-k", type=int, metavar="K", help="prune training snapshots instead: keep the best K per run")
+    s.add_argument("--metric", help="with --keep-top-k: the metric that ranks snapshots (lower is better)")
+    s.add_argument("--higher-is-better", action="store_true", help="with --keep-top-k: rank by the highest metric")
     s.set_defaults(func=cmd_gc)
 
     s = sub.add_parser("pin", help="keep a run's outputs from gc (--unpin to release)")

@@ -95,3 +95,34 @@ def collect(store: Store, victims: list[Candidate]) -> int:
 def _shared(store: Store, c: Candidate) -> bool:
     idx = store.index()
     return idx.db.execute("SELECT count(*) FROM artifacts WHERE path=? AND id != ?", (c.path, c.id)).fetchone()[0] > 0
+
+
+@dataclass
+class Snapshot:
+    run: str
+    series: str
+    step: int
+    metrics: dict
+    files: list[Path]
+
+
+def checkpoint_snapshots(store: Store) -> dict[tuple[str, str], list[Snapshot]]:
+    """Kept training snapshots (`runs/<run>/checkpoints/keep/<series>-step<N>.{pt,json}`) by run and series."""
+    groups: dict[tuple[str, str], list[Snapshot]] = {}
+    for meta in sorted((store.root / "runs").glob("*/checkpoints/keep/*.json")):
+        run = meta.parents[2].name
+        series, _, step = meta.stem.rpartition("-step")
+        info = json.loads(meta.read_text())
+        groups.setdefault((run, series), []).append(
+            Snapshot(run, series, int(step), info.get("metrics", {}), [meta, meta.with_suffix(".pt")]))
+    return groups
+
+
+def top_k_victims(store: Store, k: int, metric: str, higher_is_better: bool) -> list[Snapshot]:
+    """Per run and series, every snapshot but the best `k` by `metric`; snapshots without it are kept."""
+    victims = []
+    for snaps in checkpoint_snapshots(store).values():
+        scored = [s for s in snaps if isinstance(s.metrics.get(metric), (int, float))]
+        scored.sort(key=lambda s: s.metrics[metric], reverse=higher_is_better)
+        victims += scored[k:]
+    return victims

@@ -8,6 +8,7 @@ A checkpoint holds model, optimizer, scheduler, RNG states and the step, written
 from __future__ import annotations
 
 import io
+import json
 import math
 import random
 import sys
@@ -95,12 +96,21 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         start = state["step"]
     ddp = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
 
-    def save(step: int) -> None:
+    def save(step: int, keep: bool = False) -> None:
+        """The resume checkpoint (replaced each time); with `keep`, also a weights snapshot with the
+        metrics at that step, which `jobs gc --keep-top-k` prunes by a metric."""
         if ctx.dist.is_main:
             buf = io.BytesIO()
             torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(), "rng": _rng_state()}, buf)
             atomic_write(ckpt, buf.getvalue())
+            if keep:
+                snap = ctx.checkpoint_dir / "keep" / f"{name}-step{step:07d}"
+                buf = io.BytesIO()
+                torch.save(model.state_dict(), buf)
+                atomic_write(snap.with_suffix(".pt"), buf.getvalue())
+                atomic_write(snap.with_suffix(".json"), json.dumps({"step": step, "metrics": ctx.summary},
+                                                                   sort_keys=True).encode())
         if distributed:
             dist.barrier()
 
@@ -131,7 +141,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
                      f"{name}/grad_norm": grad_norm.item(), **{f"{name}/{k}": v for k, v in metrics.items()}},
                     step=step + 1)
         if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
-            save(step + 1)
+            save(step + 1, keep=True)
     if bar is not None:
         bar.close()
     model.eval()

@@ -131,3 +131,22 @@ def test_a_tiny_training_stage_reproduces_bit_for_bit(data_store, tmp_path):
     s = Store(store)
     new = s.index().runs(stage="pretrain")[0]["id"]
     assert new != run and s.run(new).outputs["model"] == s.run(run).outputs["model"]
+
+
+@pytest.mark.slow
+def test_gc_keeps_the_top_k_training_snapshots_by_a_metric(data_store, tmp_path):
+    store = tmp_path / "s"
+    shutil.copytree(data_store, store)
+    small = ["pretrain.steps=40", "pretrain.log_every=5", "pretrain.checkpoint_every=10", "pretrain.warmup=5",
+             "tracking.wandb=disabled", "tracking.tensorboard=false"]
+    assert run_jobs(store, "submit", "tiny", "--stage", "pretrain", *small).code == 0
+    run = Store(store).index().runs(stage="pretrain")[0]["id"]
+    keep = Store(store).run_dir(run) / "checkpoints" / "keep"
+    snaps = {p.stem: json.loads(p.read_text())["metrics"]["pretrain/loss"] for p in keep.glob("*.json")}
+    assert sorted(snaps) == ["pretrain-step0000010", "pretrain-step0000020", "pretrain-step0000030"]
+    best = min(snaps, key=snaps.get)
+    dry = run_jobs(store, "gc", "--keep-top-k", "1", "--metric", "pretrain/loss")
+    assert dry.code == 0 and "2 snapshot(s) beyond the best 1" in dry.out and len(list(keep.glob("*.pt"))) == 3
+    assert run_jobs(store, "gc", "--keep-top-k", "1", "--metric", "pretrain/loss", "--yes").code == 0
+    assert [p.stem for p in keep.glob("*.pt")] == [best]
+    assert run_jobs(store, "gc", "--keep-top-k", "1").code == 2
