@@ -92,8 +92,9 @@ class StageJob(submitit.helpers.Checkpointable):
         """Called by submitit on rank 0 when Slurm signals: let the stage save, then requeue."""
         self._stop.set()
         self._thread.join(timeout=STOP_GRACE_S)
-        if "outputs" in self._done:
-            return None  # finished in the meantime: nothing to resume
+        error = self._done.get("error")
+        if "outputs" in self._done or (error is not None and not isinstance(error, Requeue)):
+            return None  # it ended in the meantime (done, or failed and recorded): nothing to resume
         return submitit.helpers.DelayedSubmission(StageJob(self.store_root, self.run_id))
 
 
