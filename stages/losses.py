@@ -24,3 +24,54 @@ def bradley_terry_loss(chosen_rewards, rejected_rewards):
 
     margin = chosen_rewards - rejected_rewards
     return -F.logsigmoid(margin).mean(), (margin > 0).float().mean()
+
+
+# ---- RL: shared by the GRPO and DPO paths of the rl stage ---------------------------------------
+
+def group_advantages(rewards, group_size: int, normalize: bool = True, eps: float = 1e-6):
+    """GRPO advantages: each sample's reward minus the mean of the *other* samples of its prompt's
+    group (leave-one-out baseline), optionally divided by the group's standard deviation.
+
+    `rewards` is flat, prompt-major: [p0 s0, p0 s1, …, p1 s0, …].
+    """
+    r = rewards.view(-1, group_size)
+    baseline = (r.sum(-1, keepdim=True) - r) / (group_size - 1)
+    adv = r - baseline
+    if normalize:
+        adv = adv / (r.std(-1, keepdim=True) + eps)
+    return adv.reshape(-1)
+
+
+def k3_kl(logp, ref_logp):
+    """Per-token k3 estimator of KL(policy || reference): exp(ref - logp) - (ref - logp) - 1 >= 0."""
+    d = ref_logp - logp
+    return d.exp() - d - 1
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, clip_low: float = 0.2, clip_high: float = 0.28,
+              kl_coef: float = 0.01):
+    """Clipped policy-gradient loss with separate low/high clip (clip-higher), k3 KL to a frozen
+    reference, averaged over all response tokens of the batch (token-level, so long answers count
+    per token, not per sequence). Tensors are (batch, tokens); `advantages` is (batch,)."""
+    import torch
+
+    ratio = (logp - old_logp).exp()
+    adv = advantages[:, None]
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1 - clip_low, 1 + clip_high) * adv
+    per_token = -torch.minimum(unclipped, clipped) + kl_coef * k3_kl(logp, ref_logp)
+    m = mask.float()
+    return (per_token * m).sum() / m.sum().clamp(min=1.0)
+
+
+def dpo_loss(chosen_logp, rejected_logp, ref_chosen_logp, ref_rejected_logp, beta: float = 0.05,
+             sft_weight: float = 0.0, chosen_nll=None):
+    """DPO: -log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r))), averaged over pairs; plus
+    `sft_weight` * NLL of the chosen responses when given (guards against likelihood collapse)."""
+    import torch.nn.functional as F
+
+    margin = (chosen_logp - ref_chosen_logp) - (rejected_logp - ref_rejected_logp)
+    loss = -F.logsigmoid(beta * margin).mean()
+    if sft_weight and chosen_nll is not None:
+        loss = loss + sft_weight * chosen_nll.mean()
+    return loss
