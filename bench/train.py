@@ -41,6 +41,7 @@ def main() -> None:
 
         def ctx(stage: str, inputs: dict, extra: list[str]) -> StageContext:
             cfg = recipes.compose(recipes.load("tiny"), stage, [*off, *extra])
+            (Path(tmp) / stage).mkdir()
             return StageContext(run_id=f"bench-{stage}", recipe="tiny", stage=stage, config=cfg, inputs=inputs,
                                 run_dir=Path(tmp) / stage)
 
