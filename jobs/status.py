@@ -85,17 +85,17 @@ def statuses(store: Store, run_ids: list[str]) -> list[tuple[RunView, Live | Non
 
 def cancel(store: Store, view: RunView) -> str:
     """scancel a Slurm run, or stop a local run's process; then record CANCELLED."""
+    # Recorded first, so whoever waits on the job reads CANCELLED, not a crash.
+    store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
     job = slurm_job(view)
     if job:
         subprocess.run(["scancel", job], check=True, capture_output=True)
-        how = f"scancel {job}"
-    else:
-        pids = [a["pid"] for a in view.attempts if a.get("pid") and not a.get("end")]
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        how = f"SIGTERM to pid {', '.join(map(str, pids))}" if pids else "not started yet"
-    store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
-    return how
+        return f"scancel {job}"
+    # submitit's job process ignores SIGTERM (it means "preempted" on Slurm): stop it for good.
+    pids = [a["pid"] for a in view.attempts if a.get("pid") and not a.get("end")]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return f"SIGKILL to pid {', '.join(map(str, pids))}" if pids else "not started yet"

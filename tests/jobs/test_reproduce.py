@@ -150,3 +150,24 @@ def test_gc_keeps_the_top_k_training_snapshots_by_a_metric(data_store, tmp_path)
     assert run_jobs(store, "gc", "--keep-top-k", "1", "--metric", "pretrain/loss", "--yes").code == 0
     assert [p.stem for p in keep.glob("*.pt")] == [best]
     assert run_jobs(store, "gc", "--keep-top-k", "1").code == 2
+
+
+def test_cancel_a_running_local_run(tmp_path, env):
+    import time
+
+    store = tmp_path / "s"
+    p = subprocess.Popen([str(Path(os.sys.executable).parent / "jobs"), "--store", str(store), "submit", "testchain",
+                          "--stage", "count", "count.steps=300", "count.step_s=0.1"],
+                         env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(store.glob("runs/*/checkpoints/state.json")):
+        assert time.monotonic() < deadline, "the local run never started"
+        time.sleep(0.2)
+    (run,) = runs(store)
+    r = run_jobs(store, "cancel", run[:13])
+    assert r.code == 0 and "SIGKILL to pid" in r.out
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 1 and "CANCELLED" in out
+    view = Store(store).run(run)
+    assert view.state == "CANCELLED" and view.reason == "cancelled by user"
+    assert run_jobs(store, "cancel", run).code == 2          # already ended: one line, exit 2
