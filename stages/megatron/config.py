@@ -1,77 +1,39 @@
 """Our stage config -> Megatron-Bridge's configuration, as plain typed data.
 
-Megatron-Bridge is configured by a `ConfigContainer` of typed sub-configs (training, optimizer,
-scheduler, checkpoint, ...) plus a model provider that `AutoBridge.from_hf_pretrained(...)
-.to_megatron_provider()` builds from the HF checkpoint. This module produces exactly those fields
-as dataclasses, so the translation is unit-tested on a CPU; `launch.py` renders the script that
-turns them into the real objects inside the GPU container.
+nano3's pretrain and sft sections already use Megatron-Bridge's own names: `model` holds the
+provider's parallel sizes (set on `AutoBridge.from_hf_pretrained(...).to_megatron_provider()`
+before `finalize()`), and `train`, `optimizer`, `scheduler`, `checkpoint`, `logger` are the fields
+of Bridge's `TrainingConfig`, `OptimizerConfig`, `SchedulerConfig`, `CheckpointConfig` and
+`LoggerConfig`. This module checks them against the allocation (what would otherwise fail after
+the queue wait) and fills in what the run decides: data, checkpoint and export paths, the model.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-
-@dataclass(frozen=True)
-class Parallelism:
-    """Fields set on the model provider before `finalize()`."""
-
-    tensor_model_parallel_size: int
-    pipeline_model_parallel_size: int
-    context_parallel_size: int
-    expert_model_parallel_size: int
-    sequence_parallel: bool
-
-
-@dataclass(frozen=True)
-class Training:          # megatron.bridge.training.config.TrainingConfig
-    train_iters: int
-    global_batch_size: int
-    micro_batch_size: int
-
-
-@dataclass(frozen=True)
-class Optimizer:         # megatron.core.optimizer.OptimizerConfig
-    optimizer: str
-    lr: float
-    min_lr: float
-    weight_decay: float
-    adam_beta1: float
-    adam_beta2: float
-    clip_grad: float
-    bf16: bool
-    use_distributed_optimizer: bool = True
-
-
-@dataclass(frozen=True)
-class Scheduler:         # megatron.bridge.training.config.SchedulerConfig
-    lr_decay_style: str
-    lr_warmup_iters: int
-
-
-@dataclass(frozen=True)
-class Checkpoint:        # megatron.bridge.training.config.CheckpointConfig
-    save: str
-    load: str
-    save_interval: int
-    ckpt_format: str
+PROVIDER_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                 "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
+                 "calculate_per_token_loss")
 
 
 @dataclass(frozen=True)
 class BridgeJob:
-    """Everything one Megatron-Bridge run needs, in Megatron-Bridge's own field names."""
+    """Everything one Megatron-Bridge run needs, section by section, in Bridge's field names."""
 
     mode: str                     # "pretrain" | "finetune"
     hf_model: str                 # what AutoBridge.from_hf_pretrained reads
+    hf_revision: str | None
+    trust_remote_code: bool
     seq_length: int
-    parallel: Parallelism
-    training: Training
-    optimizer: Optimizer
-    scheduler: Scheduler
-    checkpoint: Checkpoint
+    provider: dict                # attributes set on the model provider before finalize()
+    train: dict                   # TrainingConfig
+    optimizer: dict               # megatron.core.optimizer.OptimizerConfig
+    scheduler: dict               # SchedulerConfig
+    checkpoint: dict              # CheckpointConfig (save/load filled in)
+    logger: dict                  # LoggerConfig
     data_path: str
-    hf_export: str                # where bridge.save_hf_pretrained writes the final model
+    hf_export: str                # where the final model is exported in HF format
     packed_sequence: bool = False
-    log_interval: int = 10
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -84,35 +46,44 @@ class TranslationError(ValueError):
 
 def translate(config: dict, stage: str, *, data_path: str, checkpoint_dir: str, export_dir: str,
               gpus: int, hf_model: str | None = None) -> BridgeJob:
-    """The stage's resolved config (ctx.config) -> BridgeJob. Raises on settings that cannot run."""
+    """The stage's resolved config (ctx.config) -> BridgeJob; all problems reported at once."""
     s = config[stage]
-    model, par = config["model"], config["parallel"]
-    tp, pp, cp, ep = par["tensor"], par["pipeline"], par["context"], par["expert"]
+    model = s["model"]
+    tp, pp, cp = (int(model.get(k, 1)) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                                   "context_parallel_size"))
+    ep = int(model.get("expert_model_parallel_size", 1))
+    train = dict(s["train"])
     problems = []
     if gpus % (tp * pp * cp):
         problems.append(f"{gpus} GPUs are not a multiple of tensor*pipeline*context = {tp * pp * cp}")
     data_parallel = max(1, gpus // (tp * pp * cp))
-    if s["global_batch_size"] % (s["micro_batch_size"] * data_parallel):
-        problems.append(f"global_batch_size {s['global_batch_size']} is not a multiple of "
-                        f"micro_batch_size*data_parallel = {s['micro_batch_size'] * data_parallel}")
-    if par.get("sequence_parallel") and tp == 1:
-        problems.append("sequence_parallel needs tensor parallelism > 1")
+    if (data_parallel * cp) % ep:
+        problems.append(f"expert_model_parallel_size {ep} does not divide data*context parallel = {data_parallel * cp}")
+    if train["global_batch_size"] % (train["micro_batch_size"] * data_parallel):
+        problems.append(f"global_batch_size {train['global_batch_size']} is not a multiple of "
+                        f"micro_batch_size*data_parallel = {train['micro_batch_size'] * data_parallel}")
+    if model.get("sequence_parallel") and tp == 1:
+        problems.append("sequence_parallel needs tensor_model_parallel_size > 1")
     if problems:
         raise TranslationError(f"{stage}: " + "; ".join(problems))
-    opt, sched, ckpt = s["optimizer"], s["scheduler"], s["checkpoint"]
+    seq_length = model.get("seq_length") or s.get("dataset", {}).get("seq_length")
+    base = config.get("base_model", {})
+    scheduler = dict(s["scheduler"])
+    if scheduler.get("lr_decay_iters") is None:
+        scheduler["lr_decay_iters"] = train["train_iters"]
     return BridgeJob(
         mode="pretrain" if stage == "pretrain" else "finetune",
-        hf_model=hf_model or model["hf_id"],
-        seq_length=model["seq_length"],
-        parallel=Parallelism(tp, pp, cp, ep, bool(par.get("sequence_parallel"))),
-        training=Training(s["train_iters"], s["global_batch_size"], s["micro_batch_size"]),
-        optimizer=Optimizer(opt["name"], opt["lr"], opt.get("min_lr", opt["lr"] * 0.1), opt["weight_decay"],
-                            opt.get("adam_beta1", 0.9), opt.get("adam_beta2", 0.95), opt["clip_grad"],
-                            bf16=model["precision"].startswith("bf16")),
-        scheduler=Scheduler(sched["style"], sched["warmup_iters"]),
-        checkpoint=Checkpoint(checkpoint_dir, checkpoint_dir, ckpt["save_interval"], ckpt["format"]),
+        hf_model=hf_model or base["hf_model_id"],
+        hf_revision=None if hf_model else base.get("hf_model_revision"),
+        trust_remote_code=bool(base.get("trust_remote_code", False)),
+        seq_length=int(seq_length),
+        provider={k: model[k] for k in PROVIDER_KEYS if k in model},
+        train=train,
+        optimizer=dict(s["optimizer"]),
+        scheduler=scheduler,
+        checkpoint={**s["checkpoint"], "save": checkpoint_dir, "load": checkpoint_dir},
+        logger=dict(s.get("logger", {})),
         data_path=data_path,
         hf_export=export_dir,
-        packed_sequence=bool(s.get("packed_sequence", False)),
-        log_interval=s.get("log_interval", 10),
+        packed_sequence=bool(s.get("dataset", {}).get("packed_sequence", False)),
     )

@@ -24,19 +24,20 @@ from megatron.bridge.training.config import (CheckpointConfig, ConfigContainer, 
 from megatron.core.optimizer import OptimizerConfig
 
 job = json.loads({job!r})
-bridge = AutoBridge.from_hf_pretrained(job["hf_model"])
+bridge = AutoBridge.from_hf_pretrained(job["hf_model"], revision=job["hf_revision"],
+                                       trust_remote_code=job["trust_remote_code"])
 provider = bridge.to_megatron_provider()
-for key, value in job["parallel"].items():
+for key, value in job["provider"].items():
     setattr(provider, key, value)
 provider.seq_length = job["seq_length"]
 provider.finalize()
 config = ConfigContainer(
     model=provider,
-    train=TrainingConfig(**job["training"]),
+    train=TrainingConfig(**job["train"]),
     optimizer=OptimizerConfig(**job["optimizer"]),
     scheduler=SchedulerConfig(**job["scheduler"]),
     checkpoint=CheckpointConfig(**job["checkpoint"]),
-    logger=LoggerConfig(log_interval=job["log_interval"]),
+    logger=LoggerConfig(**job["logger"]),
 )
 if job["mode"] == "pretrain":
     from megatron.bridge.training.pretrain import pretrain as entry
