@@ -17,7 +17,17 @@ from pathlib import Path
 from lineage.records import canonical_json
 
 ALGORITHM = "sha256"
-CHUNK = 4 << 20
+# Small enough to stay in a core's L2 cache between the copy out of the page cache and the hashing:
+# on the 2-core dev machine 1 MiB reads hashed at 2.9-3.1 GiB/s, 4 MiB at 2.5-2.9, 16 MiB at 2.0.
+CHUNK = 1 << 20
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on: a Slurm allocation pins it to fewer than the node has."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -124,9 +134,10 @@ def manifest(root: Path, cache: StatCache | None = None, workers: int | None = N
             todo.append((rel, full, st))
     from concurrent.futures import ThreadPoolExecutor
 
-    # Big files first so the pool does not end on one long tail.
+    # Big files first so the pool does not end on one long tail. One thread per usable core:
+    # hashlib releases the GIL while it hashes, so the threads hash on all cores at once.
     todo.sort(key=lambda t: -t[2].st_size)
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(max_workers=workers or usable_cpus()) as pool:
         fresh = list(pool.map(lambda t: str(hash_file(t[1])), todo))
     for (rel, _, _), d in zip(todo, fresh):
         digests[rel] = d
