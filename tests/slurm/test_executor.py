@@ -57,8 +57,15 @@ def test_data_stage_runs_through_submitit_on_slurm(tmp_path, env):
     job = job_of(store, run)
     assert view.attempts[0]["job_id"] == job and view.spec["executor"] == "slurm"
     assert len(view.outputs) == 6
-    sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State,ExitCode"], capture_output=True, text=True)
-    assert sacct.stdout.split()[0] == "COMPLETED|0:0"
+    # slurmdbd learns of the end a little after the job's own record: poll, on a deadline.
+    deadline, state = time.monotonic() + 60, ""
+    while time.monotonic() < deadline:
+        sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State,ExitCode"], capture_output=True, text=True)
+        state = sacct.stdout.split()[0] if sacct.stdout.split() else ""
+        if state == "COMPLETED|0:0":
+            break
+        time.sleep(0.5)
+    assert state == "COMPLETED|0:0"
     st = run_jobs(store, "status", run, env=env)
     assert "SUCCEEDED" in st.out and job in st.out
     logs = run_jobs(store, "logs", run, env=env)
