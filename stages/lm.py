@@ -1,7 +1,9 @@
 """The tiny model and its files: a Llama-style causal LM built from config, saved in HF format.
 
 A model artifact is one folder that `from_pretrained` reads: config.json, model.safetensors,
-generation_config.json and the tokenizer files, so a downstream stage needs a single input.
+generation_config.json and the tokenizer files, so a downstream stage needs a single input. The
+saved tokenizer puts <bos> in front of a plain `tokenizer(text)` call, as the model was trained;
+our own code encodes explicitly (`encode`), so it never depends on that default.
 """
 from __future__ import annotations
 
@@ -10,9 +12,30 @@ import random
 from pathlib import Path
 from typing import Any
 
+ARCH_KEYS = ("hidden", "intermediate", "layers", "heads", "max_len")
+
+
+def arch_problems(arch: dict[str, Any]) -> list[str]:
+    """What is wrong with a `model:` section (all of it, for one error message)."""
+    missing = [k for k in ARCH_KEYS if k not in arch]
+    if missing:
+        return [f"model.{k} is missing" for k in missing]
+    problems = []
+    if arch["hidden"] % arch["heads"]:
+        problems.append(f"model.hidden {arch['hidden']} is not a multiple of model.heads {arch['heads']}")
+    elif arch["hidden"] // arch["heads"] < 32:
+        problems.append(f"head_dim = hidden / heads = {arch['hidden'] // arch['heads']} < 32 (vLLM's CPU kernels need >= 32)")
+    if arch["layers"] < 1 or arch["max_len"] < 8:
+        problems.append("model.layers must be >= 1 and model.max_len >= 8")
+    return problems
+
 
 def setup_torch(seed: int, threads: int | None = None) -> None:
-    """Deterministic CPU math: fixed seeds, a fixed thread count, deterministic kernels."""
+    """Deterministic CPU math: fixed seeds, a fixed thread count, deterministic kernels.
+
+    The thread count is part of the arithmetic (reduction order), so it is pinned: Slurm's
+    cpus_per_task when set, else all cores. An exact resume needs the same count as the first run.
+    """
     import numpy as np
     import torch
 
@@ -45,17 +68,25 @@ def build_model(arch: dict[str, Any], tokenizer):
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
-        attn_implementation="eager",
+        attn_implementation="eager",   # sdpa gives the same numbers here, eager is the deterministic reference
     )
     return LlamaForCausalLM(config)
 
 
-def load_model(path: Path, cls: str = "causal"):
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+def load_model(path: Path):
+    from transformers import AutoModelForCausalLM
 
-    if cls == "reward":
-        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
     return AutoModelForCausalLM.from_pretrained(path)
+
+
+def _bos_by_default(tokenizer) -> None:
+    """Make `tokenizer(text)` start with <bos>, as every training row did."""
+    from tokenizers import processors
+
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is not None and tokenizer.bos_token_id is not None:
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{tokenizer.bos_token} $A", special_tokens=[(tokenizer.bos_token, tokenizer.bos_token_id)])
 
 
 def save_model(model, tokenizer, out: Path, max_new_tokens: int = 8) -> Path:
@@ -63,11 +94,11 @@ def save_model(model, tokenizer, out: Path, max_new_tokens: int = 8) -> Path:
     from transformers import GenerationConfig
 
     unwrapped = getattr(model, "module", model)
-    if hasattr(unwrapped, "generation_config"):
-        unwrapped.generation_config = GenerationConfig(
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id, max_new_tokens=max_new_tokens, do_sample=False)
+    unwrapped.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, max_new_tokens=max_new_tokens, do_sample=False)
     unwrapped.save_pretrained(out, safe_serialization=True)
+    _bos_by_default(tokenizer)
     tokenizer.save_pretrained(out)
     return out
 

@@ -2,8 +2,17 @@
 checkpoints every N steps and on Slurm's signal, and exact resume.
 
 The data is a pure function of the step (`loss_fn(model, step, rank, world)` picks its own
-examples), so the data position is just the step number, and a resumed run sees the same batches.
-A checkpoint holds model, optimizer, scheduler, RNG states and the step, written atomically.
+examples), so the data position is the step number: a resumed run sees the same batches, even
+with another number of ranks (the global batch is fixed; each rank takes its slice).
+
+A checkpoint (`<ctx.checkpoint_dir>/<name>.pt`, replaced atomically) holds the model, optimizer,
+scheduler, RNG states (python, numpy, torch), the step, and the resolved config. On CPU a resumed
+run ends with the same bytes as an uninterrupted one (tests/stages/test_resume_and_ddp.py).
+
+Data parallel: every rank runs this loop; DDP averages gradients; the loss_fn normalises by the
+global batch so that the average equals one process on the whole batch. Slurm's signal reaches
+rank 0 only, so the stop decision is all-reduced each step: every rank saves and stops together
+(rank 0 writes), and none is left waiting in a collective.
 """
 from __future__ import annotations
 
@@ -31,10 +40,22 @@ class Schedule:
 
     @classmethod
     def from_config(cls, cfg: dict) -> "Schedule":
-        return cls(**{k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg})
+        """The loop's knobs from a stage section; every problem reported at once."""
+        problems = [f"{k} is missing" for k in ("steps", "lr") if k not in cfg]
+        values = {k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg}
+        for k in ("steps", "checkpoint_every", "log_every"):
+            if k in values and int(values[k]) < 1:
+                problems.append(f"{k} must be >= 1 (got {values[k]})")
+        if "warmup" in values and not 0 <= int(values["warmup"]) < int(values.get("steps", 1 << 30)):
+            problems.append(f"warmup must be in [0, steps) (got {values['warmup']})")
+        if "min_lr_ratio" in values and not 0 <= values["min_lr_ratio"] <= 1:
+            problems.append(f"min_lr_ratio must be in [0, 1] (got {values['min_lr_ratio']})")
+        if problems:
+            raise ValueError("training schedule: " + "; ".join(problems))
+        return cls(**values)
 
     def factor(self, step: int) -> float:
-        """Linear warmup to 1, then cosine down to min_lr_ratio."""
+        """Linear warmup to 1, then cosine down to min_lr_ratio (a multiplier of `lr`)."""
         if step < self.warmup:
             return (step + 1) / self.warmup
         progress = (step - self.warmup) / max(1, self.steps - self.warmup)
@@ -42,12 +63,14 @@ class Schedule:
 
 
 def init_distributed(dist_info) -> bool:
-    """Join the job's process group when there is more than one rank (gloo on CPU, nccl on GPU)."""
+    """Join the job's process group when there is more than one rank (gloo on CPU, nccl on GPU).
+
+    Returns True when this call created the group (the caller then destroys it)."""
     import torch
     import torch.distributed as dist
 
     if dist_info.world_size == 1 or dist.is_initialized():
-        return dist_info.world_size > 1
+        return False
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend, init_method=f"tcp://{dist_info.master_addr}:{dist_info.master_port}",
                             rank=dist_info.rank, world_size=dist_info.world_size)
@@ -71,29 +94,36 @@ def _set_rng_state(state: dict) -> None:
 
 
 def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
-    """Train `model` for `schedule.steps` steps; returns the trained (unwrapped) model.
+    """Train `model` for `schedule.steps` steps; returns the trained (unwrapped) model in eval mode.
 
     `loss_fn(model, step, rank, world) -> (loss tensor, {metric: float})` computes this rank's
-    share of step `step`'s global batch.
+    share of step `step`'s global batch. Raises `Requeue` (through ctx.requeue) after saving when
+    the job is asked to stop.
     """
     import torch
     import torch.distributed as dist
 
-    distributed = init_distributed(ctx.dist)
+    created_group = init_distributed(ctx.dist)
+    distributed = ctx.dist.world_size > 1
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     rest = [p for n, p in model.named_parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": schedule.weight_decay},
                                    {"params": rest, "weight_decay": 0.0}], lr=schedule.lr, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule.factor)
+
+    # Resume: every rank reads the checkpoint rank 0 wrote (the run folder is shared).
     ckpt = ctx.checkpoint_dir / f"{name}.pt"
     start = 0
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
+        if state.get("config") not in (None, ctx.config):
+            raise ValueError(f"{ckpt} was written with another config; remove it to start over")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         _set_rng_state(state["rng"])
         start = state["step"]
+        ctx.log({f"{name}/resumed_from": start}, step=start)
     ddp = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
 
     def save(step: int, keep: bool = False) -> None:
@@ -102,7 +132,8 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         if ctx.dist.is_main:
             buf = io.BytesIO()
             torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "rng": _rng_state()}, buf)
+                        "scheduler": scheduler.state_dict(), "rng": _rng_state(), "config": ctx.config,
+                        "world_size": ctx.dist.world_size}, buf)
             atomic_write(ckpt, buf.getvalue())
             if keep:
                 snap = ctx.checkpoint_dir / "keep" / f"{name}-step{step:07d}"
@@ -114,6 +145,15 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         if distributed:
             dist.barrier()
 
+    def stop_requested() -> bool:
+        """True on every rank as soon as any rank was told to stop (Slurm signals rank 0 only)."""
+        flag = bool(ctx.should_stop())
+        if not distributed:
+            return flag
+        t = torch.tensor([int(flag)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
     bar = None
     if ctx.dist.is_main and sys.stderr.isatty():
         from tqdm import tqdm
@@ -121,8 +161,10 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         bar = tqdm(total=schedule.steps, initial=start, desc=f"{ctx.stage}", leave=False)
     model.train()
     for step in range(start, schedule.steps):
-        if ctx.should_stop():
+        if stop_requested():
             save(step)
+            if bar is not None:
+                bar.close()
             ctx.requeue()
         loss, metrics = loss_fn(ddp, step, ctx.dist.rank, ctx.dist.world_size)
         optimizer.zero_grad(set_to_none=True)
@@ -133,16 +175,20 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         if bar is not None:
             bar.update(1)
         if (step + 1) % schedule.log_every == 0 or step + 1 == schedule.steps:
-            value = loss.detach().clone()
-            if distributed:
-                dist.all_reduce(value)
-                value /= ctx.dist.world_size
-            ctx.log({f"{name}/loss": value.item(), f"{name}/lr": scheduler.get_last_lr()[0],
-                     f"{name}/grad_norm": grad_norm.item(), **{f"{name}/{k}": v for k, v in metrics.items()}},
-                    step=step + 1)
+            keys = sorted(metrics)
+            values = torch.tensor([loss.item(), *(float(metrics[k]) for k in keys)], dtype=torch.float64)
+            if distributed:  # the mean over ranks of their shares is the global batch's value
+                dist.all_reduce(values)
+                values /= ctx.dist.world_size
+            ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr": scheduler.get_last_lr()[0],
+                     f"{name}/grad_norm": grad_norm.item(),
+                     **{f"{name}/{k}": v.item() for k, v in zip(keys, values[1:])}}, step=step + 1)
         if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
             save(step + 1, keep=True)
     if bar is not None:
         bar.close()
+    if created_group:
+        dist.barrier()
+        dist.destroy_process_group()
     model.eval()
     return model

@@ -1,12 +1,21 @@
-"""Pretrain: a causal LM on the corpus, from a model built from config (no download).
+"""Pretrain: a causal LM on the corpus, from a Llama-style model built from config (no download).
 
-Inputs:  corpus (corpus: train.txt, one sequence per line), tokenizer (HF tokenizer folder)
-Outputs: model (HF folder: config, model.safetensors, generation config, tokenizer)
+Inputs:  corpus    (corpus: train.txt, one document per line)
+         tokenizer (tokenizer: an HF tokenizer folder)
+Outputs: model     (model: HF folder with config.json, model.safetensors, generation_config.json
+                    and the tokenizer files, so downstream stages need this one input)
 Launch:  jobs submit tiny --stage pretrain [pretrain.steps=300]
-Backend: torch on CPU (tiny). nano3's `backend: megatron` runs in the GPU container (stages/megatron).
+         (inside the job: stages.pretrain.run(ctx); several ranks with ctx.dist -> DDP over gloo/nccl)
+Backend: `pretrain.backend: torch` trains here on CPU; `megatron` (nano3) hands the stage to
+         Megatron-Bridge in the GPU container (stages/megatron/).
+
+Sequence packing: the documents (<bos> line <eos>) are shuffled once with the seed, concatenated and
+cut into blocks of `model.max_len` tokens, so no step computes on padding. A batch is a set of
+block indices drawn from (seed, step): the data position is the step number.
 """
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from stages import batches, lm, tracking
@@ -14,35 +23,56 @@ from stages.loop import Schedule, train
 from stages.losses import causal_lm_loss
 
 
+def pack(rows: list[list[int]], block: int, seed: int) -> list[list[int]]:
+    """Documents shuffled with `seed`, concatenated, cut into full blocks of `block` tokens."""
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    stream = [t for i in order for t in rows[i]]
+    return [stream[i:i + block] for i in range(0, len(stream) - block + 1, block)]
+
+
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.config["pretrain"]
-    if cfg.get("backend", "torch") != "torch":
+    if cfg.get("backend", "torch") == "megatron":
         from stages.megatron import launch
 
         return launch.run_stage(ctx, "pretrain")
-    lm.setup_torch(ctx.config["seed"])
 
-    # Setup, in dependency order: tokenizer -> data -> model -> trackers.
+    # Fail fast: every problem with the config in one message, before any work.
+    problems = lm.arch_problems(cfg.get("model", {}))
+    if cfg.get("backend", "torch") != "torch":
+        problems.append(f"pretrain.backend must be torch or megatron (got {cfg['backend']!r})")
+    if cfg.get("batch_size", 0) % ctx.dist.world_size:
+        problems.append(f"pretrain.batch_size {cfg.get('batch_size')} does not split over {ctx.dist.world_size} ranks")
+    if problems:
+        raise ValueError("pretrain: " + "; ".join(problems))
+    schedule = Schedule.from_config(cfg)
+    seed = ctx.config["seed"]
+    lm.setup_torch(seed)
+
+    # Setup, in dependency order: tokenizer -> packed data -> model (its vocabulary is the tokenizer's).
     tokenizer = lm.load_tokenizer(ctx.input("tokenizer"))
     lines = (ctx.input("corpus") / "train.txt").read_text().splitlines()
-    rows = lm.encode(tokenizer, lines, bos=True, eos=True)
-    too_long = max(len(r) for r in rows)
-    if too_long > cfg["model"]["max_len"]:
-        raise ValueError(f"a corpus line has {too_long} tokens; pretrain.model.max_len is {cfg['model']['max_len']}")
+    blocks = pack(lm.encode(tokenizer, lines, bos=True, eos=True), cfg["model"]["max_len"], seed)
+    if len(blocks) < cfg["batch_size"]:
+        raise ValueError(f"the corpus makes {len(blocks)} blocks of {cfg['model']['max_len']} tokens, "
+                         f"fewer than pretrain.batch_size {cfg['batch_size']}")
     model = lm.build_model(cfg["model"], tokenizer)
-    trackers = tracking.start(ctx)
-    ctx.log({"pretrain/parameters": sum(p.numel() for p in model.parameters())}, step=0)
 
     def loss_fn(m, step, rank, world):
-        seed, size = ctx.config["seed"], cfg["batch_size"]
-        everyone = batches.indices(seed, step, len(rows), size)
-        picked = batches.indices(seed, step, len(rows), size, rank, world)
-        ids, mask = lm.pad([rows[i] for i in picked], tokenizer.pad_token_id)
-        tokens = sum(len(rows[i]) - 1 for i in everyone) / world
-        return causal_lm_loss(m, ids, mask, mask, tokens), {}
+        import torch
 
-    model = train(ctx, model, Schedule.from_config(cfg), loss_fn, "pretrain")
-    tracking.stop(trackers)
+        picked = batches.indices(seed, step, len(blocks), cfg["batch_size"], rank, world)
+        ids = torch.tensor([blocks[i] for i in picked])
+        return causal_lm_loss(m, ids, None, None), {}
+
+    # Train (rank 0 logs to W&B/TensorBoard; all ranks train).
+    with tracking.session(ctx):
+        ctx.log({"pretrain/parameters": sum(p.numel() for p in model.parameters()), "pretrain/blocks": len(blocks),
+                 "pretrain/tokens_per_step": cfg["batch_size"] * cfg["model"]["max_len"]}, step=0)
+        model = train(ctx, model, schedule, loss_fn, "pretrain")
+
+    # Output: rank 0 writes the model folder; the entry registers it as an artifact.
     if not ctx.dist.is_main:
         return {}
     return {"model": lm.save_model(model, tokenizer, ctx.output_dir("model"))}

@@ -1,9 +1,15 @@
-"""SFT: prompt/answer pairs; the loss counts only answer tokens (and the end-of-sequence token).
+"""SFT: prompt/answer pairs; the loss counts only the answer tokens and the end-of-sequence token.
 
-Inputs:  model (a causal LM folder), data (sft-data: train.jsonl of {"prompt", "answer"})
-Outputs: model (HF folder)
-Launch:  jobs submit tiny --stage sft [sft.lr=1e-3]
-Batches come from one length bucket at a time, so no step pays for padding.
+Inputs:  model (model: a causal LM folder, pretrain's by default)
+         data  (sft-data: train.jsonl of {"prompt": "23+45=", "answer": "68"})
+Outputs: model (model: HF folder, as pretrain's)
+Launch:  jobs submit tiny --stage sft [sft.lr=1e-3 sft.steps=2000]
+Backend: `sft.backend: torch` here; `megatron` (nano3) runs Megatron-Bridge's finetune in the GPU
+         container (stages/megatron/).
+
+Each global batch comes from one length bucket (rows of equal token length), so no step computes
+on padding; the bucket is drawn in proportion to its size. Batches are a pure function of
+(seed, step), so the data position is the step number.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from stages.losses import causal_lm_loss
 
 
 def encode_pairs(tokenizer, pairs: list[dict]) -> tuple[list[list[int]], list[list[int]]]:
-    """Token rows (bos + prompt + answer + eos) and their loss masks (1 on answer and eos)."""
+    """Token rows (<bos> prompt answer <eos>) and their loss masks (1 on answer and <eos>)."""
     prompts = lm.encode(tokenizer, [p["prompt"] for p in pairs], bos=True)
     answers = lm.encode(tokenizer, [p["answer"] for p in pairs], bos=False, eos=True)
     rows = [p + a for p, a in zip(prompts, answers)]
@@ -26,32 +32,51 @@ def encode_pairs(tokenizer, pairs: list[dict]) -> tuple[list[list[int]], list[li
 
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.config["sft"]
-    if cfg.get("backend", "torch") != "torch":
+    if cfg.get("backend", "torch") == "megatron":
         from stages.megatron import launch
 
         return launch.run_stage(ctx, "sft")
-    lm.setup_torch(ctx.config["seed"])
 
+    # Fail fast.
+    problems = []
+    if cfg.get("backend", "torch") != "torch":
+        problems.append(f"sft.backend must be torch or megatron (got {cfg['backend']!r})")
+    if cfg.get("batch_size", 0) % ctx.dist.world_size:
+        problems.append(f"sft.batch_size {cfg.get('batch_size')} does not split over {ctx.dist.world_size} ranks")
+    if problems:
+        raise ValueError("sft: " + "; ".join(problems))
+    schedule = Schedule.from_config(cfg)
+    seed = ctx.config["seed"]
+    lm.setup_torch(seed)
+
+    # Setup: the model folder carries its tokenizer; pairs -> rows + answer masks -> length buckets.
     model = lm.load_model(ctx.input("model"))
     tokenizer = lm.load_tokenizer(ctx.input("model"))
     pairs = [json.loads(line) for line in (ctx.input("data") / "train.jsonl").read_text().splitlines()]
     rows, masks = encode_pairs(tokenizer, pairs)
+    longest = max(len(r) for r in rows)
+    if longest > model.config.max_position_embeddings:
+        raise ValueError(f"an SFT row has {longest} tokens; the model's max_position_embeddings is "
+                         f"{model.config.max_position_embeddings}")
     groups = batches.by_length(rows)
-    trackers = tracking.start(ctx)
 
     def loss_fn(m, step, rank, world):
         import torch
 
-        seed, size = ctx.config["seed"], cfg["batch_size"]
-        everyone = batches.bucketed(seed, step, groups, size)
-        picked = batches.bucketed(seed, step, groups, size, rank, world)
+        everyone = batches.bucketed(seed, step, groups, cfg["batch_size"])
+        picked = batches.bucketed(seed, step, groups, cfg["batch_size"], rank, world)
         ids = torch.tensor([rows[i] for i in picked])
         loss_mask = torch.tensor([masks[i] for i in picked])
+        # Normalise by the answer tokens of the whole global batch (see causal_lm_loss).
         tokens = sum(sum(masks[i][1:]) for i in everyone) / world
-        return causal_lm_loss(m, ids, torch.ones_like(ids), loss_mask, tokens), {}
+        return causal_lm_loss(m, ids, None, loss_mask, tokens), {}
 
-    model = train(ctx, model, Schedule.from_config(cfg), loss_fn, "sft")
-    tracking.stop(trackers)
+    # Train.
+    with tracking.session(ctx):
+        ctx.log({"sft/pairs": len(pairs), "sft/buckets": len(groups)}, step=0)
+        model = train(ctx, model, schedule, loss_fn, "sft")
+
+    # Output (rank 0).
     if not ctx.dist.is_main:
         return {}
     return {"model": lm.save_model(model, tokenizer, ctx.output_dir("model"))}

@@ -1,52 +1,153 @@
-"""The Megatron-Bridge seam on plain data: nano3's config -> Bridge's fields, and the rendered script."""
+"""The Megatron-Bridge seam on plain data: our stage config -> Bridge's ConfigContainer fields, the
+rendered scripts and commands. Megatron is not installed here; nothing below imports it."""
 import ast
+import copy
 
 import pytest
+import yaml
 
 from jobs import recipes
+from jobs.context import Distributed, StageContext
 from stages.megatron.config import TranslationError, translate
-from stages.megatron.launch import render_script, torchrun_command
+from stages.megatron.launch import (corpus_shards, overrides_yaml, prepare, render_export, render_import,
+                                    render_train, torchrun_command)
+
+SFT = {
+    "seed": 7,
+    "base_model": {"hf_model_id": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-Base-BF16", "trust_remote_code": True},
+    "tracking": {"wandb": "offline", "project": "nano3", "tensorboard": True},
+    "sft": {
+        "backend": "megatron",
+        "model": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
+                  "expert_model_parallel_size": 8, "expert_tensor_parallel_size": 1, "sequence_parallel": True,
+                  "calculate_per_token_loss": True},
+        "dataset": {"seq_length": 4096, "packed_sequence": True},
+        "train": {"train_iters": 3000, "global_batch_size": 256, "micro_batch_size": 1, "eval_interval": 200,
+                  "eval_iters": 16, "exit_signal_handler": True},
+        "optimizer": {"optimizer": "adam", "lr": 5e-6, "min_lr": 5e-7, "weight_decay": 0.1, "adam_beta1": 0.9,
+                      "adam_beta2": 0.95, "clip_grad": 1.0, "bf16": True},
+        "scheduler": {"lr_decay_style": "cosine", "lr_warmup_iters": 100, "lr_decay_iters": None},
+        "checkpoint": {"save_interval": 250, "most_recent_k": 2, "ckpt_format": "torch_dist"},
+        "logger": {"log_interval": 10},
+    },
+}
+WHERE = dict(checkpoint_dir="/runs/r1/checkpoints", export_dir="/runs/r1/outputs/model", log_dir="/runs/r1",
+             run_name="sft-r1")
 
 
-def compose(stage: str, overrides: list[str] = ()) -> dict:
-    return recipes.compose(recipes.load("nano3"), stage, list(overrides))
+def sft_job(config=SFT, gpus=32, **kw):
+    return translate(config, "sft", hf_model="/store/sft_in", data={"dataset_root": "/store/sft_data"},
+                     gpus=gpus, **{**WHERE, **kw})
 
 
-def test_nano3_sft_translates_to_bridge_fields():
-    cfg = compose("sft")
-    job = translate(cfg, "sft", data_path="/d", checkpoint_dir="/c", export_dir="/e", gpus=32, hf_model="/store/art_x")
-    assert job.mode == "finetune" and job.hf_model == "/store/art_x" and job.hf_revision is None
-    assert job.provider["expert_model_parallel_size"] == cfg["sft"]["model"]["expert_model_parallel_size"]
-    assert job.train["global_batch_size"] == cfg["sft"]["train"]["global_batch_size"]
-    assert job.optimizer["optimizer"] == "adam" and job.optimizer["bf16"] is True
-    assert job.scheduler["lr_decay_iters"] == cfg["sft"]["train"]["train_iters"]   # null -> train_iters
-    assert job.checkpoint["save"] == job.checkpoint["load"] == "/c" and job.checkpoint["ckpt_format"] == "torch_dist"
-    assert job.seq_length == cfg["sft"]["dataset"]["seq_length"] and job.packed_sequence
+def test_sft_config_becomes_bridge_overrides_in_bridges_own_names():
+    job = sft_job()
+    assert job.recipe.endswith("nemotron_3_nano:nemotron_3_nano_sft_config")
+    assert job.entry == "megatron.bridge.training.finetune:finetune"
+    assert job.data_parallel_size == 16
+    o = job.overrides()
+    assert set(o) == {"model", "train", "validation", "optimizer", "scheduler", "checkpoint", "logger", "dataset",
+                      "tokenizer", "rng"}
+    assert o["model"] == {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
+                          "expert_model_parallel_size": 8, "expert_tensor_parallel_size": 1, "sequence_parallel": True,
+                          "seq_length": 4096, "calculate_per_token_loss": True}
+    assert o["train"] == {"train_iters": 3000, "global_batch_size": 256, "micro_batch_size": 1, "exit_signal_handler": True}
+    assert o["validation"] == {"eval_interval": 200, "eval_iters": 16}      # ValidationConfig, not the deprecated train.*
+    assert o["optimizer"]["lr"] == 5e-6 and o["optimizer"]["bf16"] is True
+    assert o["scheduler"] == {"lr_decay_style": "cosine", "lr_warmup_iters": 100}   # null decay iters: Bridge's default
+    assert o["checkpoint"] == {"save": "/runs/r1/checkpoints/megatron", "load": "/runs/r1/checkpoints/megatron",
+                               "pretrained_checkpoint": "/runs/r1/checkpoints/imported", "save_interval": 250,
+                               "most_recent_k": 2, "ckpt_format": "torch_dist", "async_save": False}
+    assert o["dataset"] == {"seq_length": 4096, "dataset_root": "/store/sft_data",
+                            "packed_sequence_specs": {"packed_sequence_size": 4096}}
+    assert o["tokenizer"] == {"tokenizer_model": "/store/sft_in", "tokenizer_type": "HuggingFaceTokenizer"}
+    assert o["logger"] == {"log_interval": 10, "tensorboard_dir": "/runs/r1/tensorboard", "wandb_project": "nano3",
+                           "wandb_exp_name": "sft-r1", "wandb_save_dir": "/runs/r1"}
+    assert o["rng"] == {"seed": 7}
+    assert yaml.safe_load(overrides_yaml(job)) == o        # what the rendered script hands to Bridge
 
 
-def test_impossible_layouts_are_refused_before_the_cluster_sees_them():
-    with pytest.raises(TranslationError, match="not a multiple of tensor"):
-        translate(compose("pretrain"), "pretrain", data_path="/d", checkpoint_dir="/c", export_dir="/e", gpus=6)
-    bad = compose("sft", ["sft.train.global_batch_size=100"])
-    with pytest.raises(TranslationError, match="global_batch_size 100"):
-        translate(bad, "sft", data_path="/d", checkpoint_dir="/c", export_dir="/e", gpus=32)
-    sp = compose("sft", ["sft.model.sequence_parallel=true", "sft.model.tensor_model_parallel_size=1"])
-    with pytest.raises(TranslationError, match="sequence_parallel"):
-        translate(sp, "sft", data_path="/d", checkpoint_dir="/c", export_dir="/e", gpus=32)
+def test_unpacked_sft_turns_the_recipes_packing_off_and_disabled_wandb_is_not_configured():
+    cfg = copy.deepcopy(SFT)
+    cfg["sft"]["dataset"]["packed_sequence"] = False
+    cfg["tracking"]["wandb"] = "disabled"
+    o = sft_job(cfg).overrides()
+    assert o["dataset"]["packed_sequence_specs"] is None
+    assert "wandb_project" not in o["logger"] and "wandb_save_dir" not in o["logger"]
 
 
-def test_pretrain_override_flows_through():
-    cfg = compose("pretrain", ["pretrain.model.tensor_model_parallel_size=8", "pretrain.train.train_iters=5"])
-    job = translate(cfg, "pretrain", data_path="/d", checkpoint_dir="/c", export_dir="/e", gpus=64)
-    assert job.mode == "pretrain" and job.provider["tensor_model_parallel_size"] == 8 and job.train["train_iters"] == 5
-    assert job.hf_model == cfg["base_model"]["hf_model_id"]
+def test_every_problem_is_reported_at_once_before_the_cluster_sees_it():
+    cfg = copy.deepcopy(SFT)
+    cfg["sft"]["model"]["sequence_paralel"] = True                  # typo
+    cfg["sft"]["model"]["tensor_model_parallel_size"] = 1            # sequence_parallel now invalid
+    cfg["sft"]["train"]["global_batch_size"] = 100                   # not a multiple of 1 * 32
+    cfg["sft"]["optimizer"]["min_lr"] = 1.0                          # above lr
+    cfg["sft"]["extra"] = {}
+    with pytest.raises(TranslationError) as e:
+        sft_job(cfg)
+    msg = str(e.value)
+    for needle in ("unknown key(s) sequence_paralel", "valid: calculate_per_token_loss", "global_batch_size 100",
+                   "sequence_parallel needs tensor_model_parallel_size > 1", "min_lr 1.0 > lr", "sft.extra: unknown section"):
+        assert needle in msg, (needle, msg)
+    with pytest.raises(TranslationError, match="not a multiple of tensor\\*pipeline\\*context = 2"):
+        sft_job(gpus=7)
+    with pytest.raises(TranslationError, match="expert_tensor\\*expert\\*pipeline = 8"):
+        sft_job(gpus=6)
 
 
-def test_rendered_script_is_python_that_uses_the_bridge_api():
-    job = translate(compose("sft"), "sft", data_path="/d", checkpoint_dir="/c", export_dir="/e", gpus=32)
-    script = render_script(job)
-    ast.parse(script)
-    for name in ("AutoBridge.from_hf_pretrained", "to_megatron_provider", "ConfigContainer", "finetune", "export_ckpt"):
-        assert name in script
-    cmd = torchrun_command("/r/s.py", 8, 4, 1, "10.0.0.1", 29500)
-    assert cmd[:2] == ["torchrun", "--nproc-per-node=8"] and "--node-rank=1" in cmd
+def test_pretrain_reads_the_blend_and_its_tokenizer(tmp_path):
+    (tmp_path / "web_text_document.bin").touch()
+    (tmp_path / "web_text_document.idx").touch()
+    (tmp_path / "code_text_document.idx").touch()
+    assert corpus_shards(tmp_path) == [1.0, str(tmp_path / "code_text_document"), 1.0, str(tmp_path / "web_text_document")]
+    (tmp_path / "blend.json").write_text('{"web_text_document": 0.7, "code_text_document": 0.3}')
+    shards = corpus_shards(tmp_path)
+    assert shards == [0.3, str(tmp_path / "code_text_document"), 0.7, str(tmp_path / "web_text_document")]
+    cfg = copy.deepcopy(SFT)
+    cfg["pretrain"] = cfg.pop("sft")
+    cfg["pretrain"]["model"]["seq_length"] = cfg["pretrain"].pop("dataset")["seq_length"]
+    job = translate(cfg, "pretrain", hf_model="nvidia/base", data={"data_path": shards, "tokenizer": "/store/tok"},
+                    gpus=64, hf_revision="abc123", **WHERE)
+    o = job.overrides()
+    assert job.entry == "megatron.bridge.training.pretrain:pretrain" and job.recipe.endswith(":nemotron_3_nano_pretrain_config")
+    assert o["dataset"] == {"seq_length": 4096, "data_path": shards}
+    assert o["tokenizer"]["tokenizer_model"] == "/store/tok"
+    assert "abc123" in render_import(job)
+    with pytest.raises(TranslationError, match="no Megatron indexed shards"):
+        translate(cfg, "pretrain", hf_model="nvidia/base", data={"data_path": []}, gpus=64, **WHERE)
+
+
+def test_rendered_scripts_are_python_calling_the_real_bridge_api():
+    job = sft_job()
+    train = render_train(job, "/runs/r1/megatron/bridge_overrides.yaml")
+    imp, exp = render_import(job), render_export(job)
+    for script in (train, imp, exp):
+        ast.parse(script)
+    assert "from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides" in train
+    assert "from megatron.bridge.training.gpt_step import forward_step" in train
+    assert "megatron.bridge.training.finetune:finetune" in train and "forward_step_func=forward_step" in train
+    assert "AutoBridge.import_ckpt('/store/sft_in', '/runs/r1/checkpoints/imported', trust_remote_code=True" in imp
+    assert "AutoBridge.from_hf_pretrained('/store/sft_in'" in exp
+    assert "bridge.export_ckpt('/runs/r1/checkpoints/megatron', '/runs/r1/outputs/model')" in exp
+    cmd = torchrun_command("/runs/r1/megatron/bridge_train.py", 8, 4, 1, "10.0.0.1", 29500)
+    assert cmd == ["torchrun", "--nproc-per-node=8", "--nnodes=4", "--node-rank=1", "--master-addr=10.0.0.1",
+                   "--master-port=29500", "/runs/r1/megatron/bridge_train.py"]
+
+
+def test_nano3_recipe_stages_translate(tmp_path):
+    """The nano3 YAMLs (another teammate's) compose into configs the seam accepts, at their GPU counts."""
+    nano3 = recipes.load("nano3")
+    for stage, inputs in (("sft", {"model": tmp_path / "m", "data": tmp_path / "d"}),
+                          ("pretrain", {"corpus": tmp_path / "c", "tokenizer": tmp_path / "t"})):
+        cfg = recipes.compose(nano3, stage, [])
+        if cfg[stage].get("backend") != "megatron":
+            pytest.skip(f"nano3 {stage} does not use the megatron backend")
+        (tmp_path / "c").mkdir(exist_ok=True)
+        (tmp_path / "c" / "shard_text_document.idx").touch()
+        res = nano3.stage(stage).resources
+        ctx = StageContext(run_id="r1", recipe="nano3", stage=stage, config=cfg, inputs=inputs,
+                           run_dir=tmp_path / stage, dist=Distributed(world_size=res["nodes"]))
+        job, files = prepare(ctx, stage, res["gpus_per_node"])
+        assert job.gpus == res["nodes"] * res["gpus_per_node"]
+        assert yaml.safe_load(files["overrides"].read_text()) == job.overrides()
+        ast.parse(files["train"].read_text())

@@ -1,8 +1,14 @@
-"""The tiny pipeline learns, measured on fixed seeds: numbers that would fall if a stage broke."""
+"""The tiny pipeline learns, measured on fixed seeds: numbers that would fall if a stage broke.
+
+All tests read one run of `jobs submit tiny --stage all` (the `pipeline` fixture, conftest.py).
+Measured on seed 1234 (recipes/tiny/README.md): pretrained exact match 0.006-0.02, SFT 0.96,
+pass@1/4/8 0.90/0.98/0.98, reward model 0.985 held-out. The thresholds leave a wide margin.
+"""
 import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -20,67 +26,87 @@ def test_sft_is_far_above_the_pretrained_model(pipeline):
     pre_model = latest(pipeline, "pretrain").outputs["model"]
     sft = results(pipeline, latest(pipeline, "eval", model=sft_model))
     pre = results(pipeline, latest(pipeline, "eval", model=pre_model))
-    assert pre["exact_match"] < 0.05
-    assert sft["exact_match"] > 0.6
-    assert sft["pass@8"] >= sft["pass@1"] and sft["pass@1"] > 0.3
+    assert pre["exact_match"] < 0.1
+    assert sft["exact_match"] > 0.8
+    assert sft["pass@1"] > 0.7 and sft["pass@8"] >= sft["pass@4"] >= sft["pass@1"]
+    assert pre["pass@8"] < 0.3
 
 
 def test_reward_model_ranks_held_out_pairs(pipeline):
     rm = latest(pipeline, "rm")
-    assert rm.metrics["rm/held_out_accuracy"] > 0.9
     assert rm.metrics["rm/held_out_pairs"] == 400
+    assert rm.metrics["rm/held_out_accuracy"] > 0.9
     # The saved artifact scores like the trained model: right sums above near misses.
+    import torch
+
     from stages.lm import load_tokenizer
     from stages.rm import encode, load_reward_model, score
+
     folder = artifact_path(pipeline, rm.outputs["reward_model"])
     model, tok = load_reward_model(folder), load_tokenizer(folder)
-    prompts = ["12+30=", "45+21=", "33+33=", "50+40=", "18+71=", "26+52="]
+    prompts = ["12+30=", "45+21=", "33+33=", "50+40=", "18+71=", "26+52=", "9+80=", "64+27="]
     right = [str(eval(p[:-1])) for p in prompts]
     wrong = [str(int(r) + 10) for r in right]
-    import torch
     with torch.no_grad():
         margin = score(model, tok, *encode(tok, prompts, right)) - score(model, tok, *encode(tok, prompts, wrong))
-    assert (margin > 0).sum() >= 5
+    assert (margin > 0).sum() >= 7
 
 
-def test_eval_report_has_every_sample(pipeline):
+def test_eval_report_has_every_sample_and_the_run_summary_its_metrics(pipeline):
     ev = latest(pipeline, "eval", model=latest(pipeline, "sft").outputs["model"])
     folder = artifact_path(pipeline, ev.outputs["report"])
+    res = results(pipeline, ev)
     rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
-    assert len(rows) == 500 and len(rows[0]["samples"]) == 8
-    assert sum(r["greedy_correct"] for r in rows) / 500 == results(pipeline, ev)["exact_match"]
-    assert ev.metrics["eval/exact_match"] == results(pipeline, ev)["exact_match"]
+    assert res["n_prompts"] == len(rows) == 500 and all(len(r["samples"]) == res["n_samples"] == 8 for r in rows)
+    assert sum(r["greedy_correct"] for r in rows) / 500 == res["exact_match"]
+    assert sum(r["n_correct"] for r in rows) / (500 * 8) == pytest.approx(res["pass@1"])
+    for key in ("exact_match", "pass@1", "pass@4", "pass@8"):
+        assert ev.metrics[f"eval/{key}"] == res[key]
 
 
 def test_export_loads_and_generates_with_plain_transformers(pipeline):
     hf = artifact_path(pipeline, latest(pipeline, "export").outputs["hf"])
+    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+            "tokenizer_config.json"} <= {f.name for f in hf.iterdir()}
+    # A fresh interpreter, outside the checkout, no PYTHONPATH: only transformers and the folder.
     code = textwrap.dedent(f"""
         import sys
         from transformers import AutoModelForCausalLM, AutoTokenizer
         tok = AutoTokenizer.from_pretrained({str(hf)!r})
         model = AutoModelForCausalLM.from_pretrained({str(hf)!r})
-        right = 0
-        for a, b in [(12, 30), (45, 21), (7, 61), (33, 33), (50, 40), (18, 71), (26, 52), (60, 9)]:
-            ids = tok("<bos>" + f"{{a}}+{{b}}=", add_special_tokens=False, return_tensors="pt").input_ids
-            out = tok.decode(model.generate(ids)[0][ids.shape[1]:], skip_special_tokens=True)
-            right += out.strip() == str(a + b)
+        pairs = [(12, 30), (45, 21), (7, 61), (33, 33), (50, 40), (18, 71), (26, 52), (60, 9)]
+        batch = tok([f"{{a}}+{{b}}=" for a, b in pairs], return_tensors="pt", padding=True, padding_side="left")
+        out = model.generate(**batch)
+        answers = tok.batch_decode(out[:, batch.input_ids.shape[1]:], skip_special_tokens=True)
         assert not any(m.split(".")[0] in ("jobs", "stages", "lineage") for m in sys.modules), "project code imported"
-        print(right)
+        print(sum(ans.strip() == str(a + b) for ans, (a, b) in zip(answers, pairs)))
     """)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=hf, env={"PATH": "/usr/bin"})
+    p = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=hf,
+                       env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert int(p.stdout.strip()) >= 5
-    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= {f.name for f in hf.iterdir()}
+    assert int(p.stdout.strip().splitlines()[-1]) >= 6
 
 
 def test_trackers_wrote_wandb_offline_and_tensorboard_files(pipeline):
+    sft_model = latest(pipeline, "sft").outputs["model"]
+    for view in (latest(pipeline, "pretrain"), latest(pipeline, "sft"), latest(pipeline, "rm"),
+                 latest(pipeline, "eval", model=sft_model)):    # (the pretrained model's eval ran with W&B off)
+        wandb_dir = Path(view.trackers["wandb"])
+        assert wandb_dir.name.startswith("offline-run-") and wandb_dir.is_relative_to(pipeline.run_dir(view.id))
+        assert list(wandb_dir.glob("*.wandb")), wandb_dir
+        assert list(Path(view.trackers["tensorboard"]).glob("events.out.tfevents.*"))
     sft = latest(pipeline, "sft")
-    wandb_dir = sft.trackers["wandb"]
-    assert "offline-run" in wandb_dir
-    from pathlib import Path
-    assert list(Path(wandb_dir).glob("*.wandb")), wandb_dir
-    assert list(Path(sft.trackers["tensorboard"]).glob("events.out.tfevents.*"))
     losses = [json.loads(line)["sft/loss"] for line in (pipeline.run_dir(sft.id) / "metrics.jsonl").read_text().splitlines()
               if "sft/loss" in line]
     # Each step's batch is one length bucket, so single values jump; compare averages.
-    assert sum(losses[-6:]) / 6 < sum(losses[:3]) / 3 / 3
+    assert sum(losses[-5:]) / 5 < sum(losses[:3]) / 3 / 3
+
+
+def test_tensorboard_holds_the_loss_curve(pipeline):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sft = latest(pipeline, "sft")
+    acc = EventAccumulator(sft.trackers["tensorboard"])
+    acc.Reload()
+    cfg = sft.spec["config"]["sft"]
+    assert [e.step for e in acc.Scalars("sft/loss")] == list(range(cfg["log_every"], cfg["steps"] + 1, cfg["log_every"]))
