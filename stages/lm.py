@@ -30,20 +30,27 @@ def arch_problems(arch: dict[str, Any]) -> list[str]:
     return problems
 
 
-def setup_torch(seed: int, threads: int | None = None) -> None:
+def setup_torch(seed: int, dist=None) -> int:
     """Deterministic CPU math: fixed seeds, a fixed thread count, deterministic kernels.
 
     The thread count is part of the arithmetic (reduction order), so it is pinned: Slurm's
-    cpus_per_task when set, else all cores. An exact resume needs the same count as the first run.
+    cpus_per_task when set, else this machine's cores shared by the ranks running on it (all of
+    them when `dist` lists no nodes: local processes). An exact resume needs the same count.
+    Returns the thread count.
     """
     import numpy as np
     import torch
 
-    torch.set_num_threads(threads or int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or os.cpu_count() or 1)
+    threads = int(os.environ.get("SLURM_CPUS_PER_TASK") or 0)
+    if not threads:
+        ranks_here = dist.world_size if dist is not None and not dist.nodes else 1
+        threads = max(1, (os.cpu_count() or 1) // ranks_here)
+    torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+    return threads
 
 
 def load_tokenizer(path: Path):

@@ -48,7 +48,7 @@ def run(ctx) -> dict[str, Path]:
         raise ValueError("pretrain: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
-    lm.setup_torch(seed)
+    threads = lm.setup_torch(seed, ctx.dist)
 
     # Setup, in dependency order: tokenizer -> packed data -> model (its vocabulary is the tokenizer's).
     tokenizer = lm.load_tokenizer(ctx.input("tokenizer"))
@@ -69,7 +69,8 @@ def run(ctx) -> dict[str, Path]:
     # Train (rank 0 logs to W&B/TensorBoard; all ranks train).
     with tracking.session(ctx):
         ctx.log({"pretrain/parameters": sum(p.numel() for p in model.parameters()), "pretrain/blocks": len(blocks),
-                 "pretrain/tokens_per_step": cfg["batch_size"] * cfg["model"]["max_len"]}, step=0)
+                 "pretrain/tokens_per_step": cfg["batch_size"] * cfg["model"]["max_len"], "pretrain/threads": threads},
+                step=0)
         model = train(ctx, model, schedule, loss_fn, "pretrain")
 
     # Output: rank 0 writes the model folder; the entry registers it as an artifact.

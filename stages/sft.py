@@ -47,7 +47,7 @@ def run(ctx) -> dict[str, Path]:
         raise ValueError("sft: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
-    lm.setup_torch(seed)
+    threads = lm.setup_torch(seed, ctx.dist)
 
     # Setup: the model folder carries its tokenizer; pairs -> rows + answer masks -> length buckets.
     model = lm.load_model(ctx.input("model"))
@@ -73,7 +73,7 @@ def run(ctx) -> dict[str, Path]:
 
     # Train.
     with tracking.session(ctx):
-        ctx.log({"sft/pairs": len(pairs), "sft/buckets": len(groups)}, step=0)
+        ctx.log({"sft/pairs": len(pairs), "sft/buckets": len(groups), "sft/threads": threads}, step=0)
         model = train(ctx, model, schedule, loss_fn, "sft")
 
     # Output (rank 0).

@@ -4,7 +4,6 @@ Both build StageContexts directly (no store, no executor) on the data stage's re
 the real pretrain stage for 30 steps.
 """
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -99,8 +98,7 @@ def two_ranks(run_dir: Path, inputs: dict, stop_at_rank0: int | None, attempt: i
         port = s.getsockname()[1]
     procs = [subprocess.Popen([sys.executable, "-c", RANK, str(Path(__file__).parent), str(rank), str(port),
                                str(run_dir), json.dumps(inputs), json.dumps(stop_at_rank0 if rank == 0 else None),
-                               str(attempt)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "SLURM_CPUS_PER_TASK": "1"})   # one core per rank
+                               str(attempt)], stdout=subprocess.PIPE, text=True)
              for rank in (0, 1)]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
