@@ -114,7 +114,7 @@ def run(ctx) -> dict[str, Path]:
         raise ValueError("rm: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
-    lm.setup_torch(seed)
+    lm.setup_torch(seed, ctx.dist)
 
     # Setup: SFT model + zero head; pairs split into train and a held-out tail.
     tokenizer = lm.load_tokenizer(ctx.input("model"))
