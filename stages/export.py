@@ -11,6 +11,7 @@ The folder needs no code of ours: AutoTokenizer + AutoModelForCausalLM + generat
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from stages import lm
@@ -43,6 +44,12 @@ def run(ctx) -> dict[str, Path]:
     model = lm.load_model(ctx.input("model")).to(getattr(torch, cfg["dtype"]))
     tokenizer = lm.load_tokenizer(ctx.input("model"))
 
+    tokenizer.model_max_length = model.config.max_position_embeddings
     out = lm.save_model(model, tokenizer, ctx.output_dir("hf"), max_new_tokens=cfg["max_new_tokens"])
+    # The generic fast-tokenizer class name, which transformers 4.x also knows (5.x writes its new
+    # TokenizersBackend name); tokenizer.json is the same either way.
+    meta = json.loads((out / "tokenizer_config.json").read_text())
+    meta["tokenizer_class"] = "PreTrainedTokenizerFast"
+    (out / "tokenizer_config.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     (out / "README.md").write_text(USAGE.format(recipe=ctx.recipe, run_id=ctx.run_id, stage=ctx.stage))
     return {"hf": out}
