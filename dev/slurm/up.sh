@@ -280,7 +280,7 @@ start_slurm() {
   wait_for 60 "both nodes to be idle" nodes_ready
 }
 
-start=$SECONDS
+t0=$(date +%s.%N)
 mkdir -p "$dir"/{etc,log,run,state,spool,tmp}
 install_packages
 write_config
@@ -292,4 +292,4 @@ start_slurm
 wait_for 30 "sacct to answer" sacct -n -X -S now -o JobID
 what="already up"
 [ ${#started[@]} -eq 0 ] || what="started ${started[*]}"
-log "up ($what) in $((SECONDS - start)) s: cluster dev, partition debug*: $(sinfo -h -N -p debug -o '%N=%t' | sort -u | tr '\n' ' ')accounting ok; files in $dir"
+log "up ($what) in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s: cluster dev, partition debug*: $(sinfo -h -N -p debug -o '%N=%t' | sort -u | tr '\n' ' ')accounting ok; files in $dir"
