@@ -83,15 +83,27 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[st
                         f"stage {spec.name} needs input {inp.role} ({inp.kind}) and no {alias} exists: "
                         f"run `jobs submit {recipe.name} --stage {inp.stage}` first or pass --input {inp.role}=ART"
                     ) from None
+        config = recipes.compose(recipe, spec.name, routed[spec.name])
+        _check_config(recipe.name, spec, config, check_modules)
         plans.append(StagePlan(
-            recipe=recipe.name, stage=spec.name, module=spec.module,
-            config=recipes.compose(recipe, spec.name, routed[spec.name]),
+            recipe=recipe.name, stage=spec.name, module=spec.module, config=config,
             inputs=resolved, upstream=upstream,
             input_kinds={i.role: i.kind for i in spec.inputs},
             outputs=dict(spec.outputs), resources=dict(spec.resources),
             container=spec.container, ray=spec.ray,
         ))
     return Plan(recipe=recipe.name, executor=executor, stages=plans, code=code_state(), environment=python_env())
+
+
+def _check_config(recipe: str, spec, config: dict, check_modules: bool) -> None:
+    """A stage module may define `check_config(config) -> [problem, ...]`: bad values are refused
+    here, before anything is recorded, instead of failing minutes later inside the job."""
+    if not check_modules:
+        return
+    check = getattr(importlib.import_module(spec.module), "check_config", None)
+    problems = check(config) if check else []
+    if problems:
+        raise RecipeError(f"{recipe}/{spec.name}: " + "; ".join(problems))
 
 
 def _check_explicit_roles(explicit: dict[str, str], selected: list) -> None:

@@ -31,14 +31,30 @@ def bradley_terry_loss(chosen_rewards, rejected_rewards):
 
 # ---- RL: shared by the GRPO and DPO paths of the rl stage ---------------------------------------
 
-def group_advantages(rewards, group_size: int, normalize: bool = True, eps: float = 1e-6):
+def token_logps(model, ids, attention_mask):
+    """log p(ids[:, t] | ids[:, :t]) for t >= 1: a (batch, tokens - 1) tensor, aligned with ids[:, 1:].
+
+    Computed in float32 with log_softmax + gather, so it is exact for padded rows when the padding
+    is on the right (positions past a row's end are masked out by the caller)."""
+    import torch.nn.functional as F
+
+    logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1].float()
+    return F.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+def group_advantages(rewards, group_size: int, normalize: bool = True, eps: float = 1e-6,
+                     leave_one_out: bool = True):
     """GRPO advantages: each sample's reward minus the mean of the *other* samples of its prompt's
-    group (leave-one-out baseline), optionally divided by the group's standard deviation.
+    group (leave-one-out baseline; the whole group's mean with `leave_one_out=False`), optionally
+    divided by the group's standard deviation.
 
     `rewards` is flat, prompt-major: [p0 s0, p0 s1, …, p1 s0, …].
     """
     r = rewards.view(-1, group_size)
-    baseline = (r.sum(-1, keepdim=True) - r) / (group_size - 1)
+    if leave_one_out:
+        baseline = (r.sum(-1, keepdim=True) - r) / (group_size - 1)
+    else:
+        baseline = r.mean(-1, keepdim=True)
     adv = r - baseline
     if normalize:
         adv = adv / (r.std(-1, keepdim=True) + eps)
