@@ -45,6 +45,8 @@ class StageContext:
     attempt: int = 1
     #: Set by the entry when Slurm warns of preemption or the time limit: checkpoint and return.
     should_stop: Callable[[], bool] = lambda: False
+    #: The Ray cluster over this job's allocation (`ray: true` stages, rank 0): `ray.init(address=...)`.
+    ray_address: str | None = None
     _metrics: dict[str, Any] = field(default_factory=dict)
     _trackers: list[Any] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)

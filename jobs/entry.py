@@ -14,7 +14,9 @@ import subprocess
 import threading
 import time
 import traceback
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Iterator
 
 import submitit
 
@@ -98,6 +100,20 @@ class StageJob(submitit.helpers.Checkpointable):
         return submitit.helpers.DelayedSubmission(StageJob(self.store_root, self.run_id))
 
 
+@contextmanager
+def _ray(ctx: StageContext) -> Iterator[None]:
+    """Ray over the allocation for the stage, ended before anything is recorded, however the stage ends."""
+    from jobs import ray_cluster
+
+    with ray_cluster.head(ctx.dist, ctx.run_dir) as address:
+        ctx.ray_address = address
+        os.environ["RAY_ADDRESS"] = address  # a bare ray.init() in the stage attaches too
+        try:
+            yield
+        finally:
+            os.environ.pop("RAY_ADDRESS", None)
+
+
 def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str, str] | None:
     """Run one recorded stage to the end; returns its outputs as {name: artifact ID} on rank 0."""
     store = Store(Path(store_root))
@@ -139,7 +155,13 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **fields)
 
     try:
-        produced = importlib.import_module(spec["module"]).run(ctx)
+        if spec.get("ray") and not main:
+            from jobs import ray_cluster
+
+            ray_cluster.serve_worker(dist, ctx.run_dir)  # this node's Ray worker, until rank 0 is done
+            return None
+        with _ray(ctx) if spec.get("ray") else nullcontext():
+            produced = importlib.import_module(spec["module"]).run(ctx)
         if not main:
             return None
         missing = set(spec["outputs"]) - set(produced or {})

@@ -1,0 +1,185 @@
+"""Ray over the allocation: the per-node layout and command lines, and a real one-node cluster on this host."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+from helpers import run_jobs
+from jobs.context import Distributed
+from jobs.ray_cluster import (RayCluster, RayClusterError, cpus, free_ports, plan_node, readiness_message,
+                              ready_timeout, serve_worker)
+from lineage import Store
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+TWO = dict(world_size=2, master_addr="127.0.0.1", master_port=24000, nodes=["node1", "node2"])
+
+
+def ray_pids(needle: str) -> list[int]:
+    """Processes whose command line or environment contains `needle`, read from /proc.
+
+    Ray's workers retitle themselves (`ray::Actor`), so only their environment still names the temp dir.
+    """
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if any(needle.encode() in (entry / f).read_bytes() for f in ("cmdline", "environ")):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def test_head_and_worker_layout_on_two_virtual_nodes_of_one_host():
+    head = plan_node(Distributed(rank=0, **TWO), "77.0", ip="10.0.0.5", ports=[1, 2, 3, 4, 5, 6, 7, 8, 9], num_cpus=3)
+    worker = plan_node(Distributed(rank=1, **TWO), "77.0", ip="10.0.0.5", ports=[11, 12, 13, 14, 15, 16, 17],
+                       num_cpus=3)
+    assert head.head and not worker.head
+    assert (head.name, head.temp_dir) == ("node1", "/tmp/ray-77-node1")
+    assert (worker.name, worker.temp_dir) == ("node2", "/tmp/ray-77-node2")
+    # Workers find the head from the job alone: node 0's address (loopback -> this host's), master_port + 1.
+    assert head.address == worker.address == "10.0.0.5:24001"
+    assert set(head.ports) - set(worker.ports) == {"ray-client-server-port", "dashboard-port"}
+    assert not set(head.ports.values()) & set(worker.ports.values())
+
+
+def test_worker_on_another_host_uses_node_0s_address():
+    dist = Distributed(rank=1, world_size=2, master_addr="10.1.0.1", master_port=30000, nodes=["a", "b"])
+    node = plan_node(dist, "5.0", ip="10.1.0.2", ports=list(range(7)), num_cpus=1)
+    assert node.address == "10.1.0.1:30001" and node.ip == "10.1.0.2"
+
+
+def test_command_lines():
+    head = plan_node(Distributed(rank=0, **TWO), "77.0", ip="10.0.0.5", ports=list(range(40, 49)), num_cpus=3)
+    worker = plan_node(Distributed(rank=1, **TWO), "77.0", ip="10.0.0.5", ports=list(range(50, 57)), num_cpus=2)
+    h, w = head.command(), worker.command()
+    for cmd in (h, w):
+        assert cmd[1:5] == ["-m", "ray.scripts.scripts", "start", "--block"]
+        assert {"--disable-usage-stats", "--min-worker-port=0", "--max-worker-port=0",
+                "--node-ip-address=10.0.0.5"} <= set(cmd)
+    assert {"--head", "--port=24001", "--include-dashboard=false", "--num-cpus=3", "--node-name=node1",
+            "--temp-dir=/tmp/ray-77-node1", "--node-manager-port=40"} <= set(h)
+    assert {"--address=10.0.0.5:24001", "--num-cpus=2", "--node-name=node2", "--temp-dir=/tmp/ray-77-node2"} <= set(w)
+    assert not [a for a in w if a.startswith(("--head", "--port=", "--include-dashboard", "--ray-client"))]
+
+
+def test_temp_dir_leaves_room_for_rays_socket_paths():
+    node = plan_node(Distributed(rank=1, world_size=2, master_port=2, nodes=["n1", "gpu-node-0123"]),
+                     "12345678.3", ip="10.0.0.1", ports=list(range(7)), num_cpus=1)
+    socket_path = f"{node.temp_dir}/session_2026-11-23_15-56-23_601978_123456/sockets/plasma_store"
+    assert len(socket_path) <= 107
+
+
+def test_local_run_gets_a_free_head_port_not_a_fixed_one():
+    node = plan_node(Distributed(), "9.0", ip="10.0.0.5", num_cpus=1)
+    assert node.head and node.name == socket.gethostname()
+    assert node.gcs_port != Distributed().master_port + 1
+    assert len(set(node.ports.values()) | {node.gcs_port}) == 9
+
+
+def test_free_ports_are_distinct():
+    ports = free_ports(20)
+    assert len(set(ports)) == 20 and all(p > 0 for p in ports)
+
+
+def test_readiness_message_names_the_missing_nodes():
+    assert readiness_message(["node1", "node2", "node3"], {"node1"}, 5) == \
+        "ray: 1 of 3 nodes joined within 5 s (missing: node2, node3)"
+
+
+def test_cpus_and_timeout_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
+    assert cpus() == 3
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    monkeypatch.delenv("SLURM_CPUS_ON_NODE", raising=False)
+    assert cpus() == os.cpu_count()
+    monkeypatch.setenv("JOBS_RAY_READY_TIMEOUT_S", "2.5")
+    assert ready_timeout() == 2.5
+    monkeypatch.setenv("JOBS_RAY_READY_TIMEOUT_S", "soon")
+    with pytest.raises(RayClusterError, match="JOBS_RAY_READY_TIMEOUT_S='soon' is not a number"):
+        ready_timeout()
+
+
+def test_worker_that_cannot_reach_the_head_fails_within_its_deadline():
+    (closed,) = free_ports(1)
+    dist = Distributed(rank=1, world_size=2, master_addr="127.0.0.1", master_port=closed - 1, nodes=["a", "b"])
+    cluster = RayCluster(plan_node(dist, "t1.0"), ["b"])
+    with pytest.raises(RayClusterError, match=rf"ray: b could not reach the head at .*:{closed} within 1 s"):
+        cluster.start(1.0)
+    assert cluster.proc is None
+
+
+def test_worker_whose_head_is_already_done_starts_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "424242")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "424242.1.done").touch()
+    (closed,) = free_ports(1)
+    serve_worker(Distributed(rank=1, world_size=2, master_port=closed - 1, nodes=["a", "b"]), tmp_path)
+    assert not ray_pids("/tmp/ray-424242-")
+
+
+@pytest.mark.slow
+def test_one_node_cluster_comes_up_with_the_allocations_cpus_and_leaves_nothing(tmp_path, monkeypatch):
+    import ray
+
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    node = plan_node(Distributed(), f"t{os.getpid()}.0")
+    cluster = RayCluster(node, [node.name, "ghost"], log=tmp_path / "ray.log")
+    try:
+        with pytest.raises(RayClusterError) as err:
+            cluster.start(20)
+        assert re.fullmatch(rf"ray: [01] of 2 nodes joined within 20 s \(missing: ({node.name}, )?ghost\)",
+                            str(err.value)), err.value
+        cluster.expected = [node.name]
+        cluster.wait_ready(60)   # the head is up: now only this node is expected
+        ray.init(address=node.address, log_to_driver=False)
+        alive = [n for n in ray.nodes() if n["Alive"]]
+        assert [(n["NodeName"], n["Resources"]["CPU"]) for n in alive] == [(node.name, 1.0)]
+
+        @ray.remote(num_cpus=1)
+        class Holder:
+            def pid(self) -> int:
+                return os.getpid()
+
+        holder = Holder.options(lifetime="detached", name="holder").remote()
+        actor_pid = ray.get(holder.pid.remote())
+        ray.shutdown()
+        assert actor_pid in ray_pids(node.temp_dir)   # a raylet-spawned worker names our temp dir too
+    finally:
+        cluster.stop()
+    assert not ray_pids(node.temp_dir)
+    assert not Path(f"/proc/{actor_pid}").exists()
+    assert not Path(node.temp_dir).exists()
+
+
+def local_env() -> dict:
+    return {"JOBS_RECIPES": str(FIXTURES / "recipes"),
+            "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail", [False, True])
+def test_local_ray_stage_gets_a_cluster_and_ends_it(tmp_path, fail):
+    store = tmp_path / "store"
+    r = run_jobs(store, "submit", "raytest", "--stage", "probe", f"probe.fail={str(fail).lower()}", env=local_env())
+    s = Store(store)
+    (run,) = [row["id"] for row in s.index().runs()]
+    view = s.run(run)
+    job = view.attempts[0]["job_id"]
+    assert not ray_pids(f"/tmp/ray-{job}-")
+    if fail:
+        assert r.code != 0 and view.state == "FAILED"
+        assert "ray_probe failed on purpose" in view.reason
+        return
+    assert r.code == 0, r.err
+    report = json.loads((Path(s.artifact(view.outputs["report"])["path"]) / "report.json").read_text())
+    assert report["address"] == report["env_address"]
+    assert [n["name"] for n in report["nodes"]] == [socket.gethostname()]
+    assert {t["node"] for t in report["tasks"]} == {socket.gethostname()} and len(report["tasks"]) == 2
+    assert report["actors"] == [socket.gethostname()]
