@@ -2,8 +2,8 @@
 
 TRL computes its side through its own code paths: a GRPOTrainer / DPOTrainer is built on a tiny
 Llama saved to disk, and its `compute_loss` scores the batch with its fused LM head. Our side scores
-the same token ids with a plain forward pass and calls `stages.losses`. Both losses are backpropagated
-into the same parameters and the gradients compared.
+the same token ids with `stages.losses.token_logps` (plain logits) and calls our losses. Both are
+backpropagated into the same parameters and the gradients compared.
 
 Conventions that differ, and how the test lines them up:
 - Advantages: TRL normalises (r - mean) / (std + eps) over the group; we use a leave-one-out baseline
@@ -23,7 +23,7 @@ import torch
 
 from stages import lm
 from stages.data import _train_tokenizer
-from stages.losses import dpo_loss, grpo_loss
+from stages.losses import dpo_loss, grpo_loss, token_logps
 
 pytest.importorskip("trl")
 
@@ -46,12 +46,6 @@ def model_dir(tmp_path_factory):
 def _common_args(cls, out, **kw):
     return cls(output_dir=str(out), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
                per_device_train_batch_size=4, seed=0, **kw)
-
-
-def _token_logps(model, ids, attention_mask):
-    """Our scoring: log p(ids[t] | ids[<t]) for t >= 1, from ordinary logits."""
-    logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1]
-    return torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 
 def _grads(model) -> list[torch.Tensor]:
@@ -91,7 +85,7 @@ def test_grpo_loss_and_gradients_match_trl(model_dir, tmp_path):
     n = completion_ids.size(1)
 
     with torch.no_grad():
-        logp_now = _token_logps(model, ids, attention)[:, -n:]
+        logp_now = token_logps(model, ids, attention)[:, -n:]
     g = torch.Generator().manual_seed(1)
     old = logp_now + 0.4 * torch.randn(logp_now.shape, generator=g)   # ratios on both sides of both clips
     ref = logp_now + 0.3 * torch.randn(logp_now.shape, generator=g)
@@ -108,7 +102,7 @@ def test_grpo_loss_and_gradients_match_trl(model_dir, tmp_path):
     theirs.backward()
     their_grads = _grads(model)
 
-    logp = _token_logps(model, ids, attention)[:, -n:]
+    logp = token_logps(model, ids, attention)[:, -n:]
     ours = grpo_loss(logp, old, ref, advantages, completion_mask, clip_low=CLIP_LOW, clip_high=CLIP_HIGH,
                      kl_coef=KL_COEF)
     ours.backward()
@@ -144,9 +138,9 @@ def test_dpo_loss_and_gradients_match_trl(model_dir, tmp_path):
 
     ids, attention = batch["input_ids"], batch["attention_mask"]
     scored = batch["completion_mask"][:, 1:].float()
-    logp = _token_logps(model, ids, attention) * scored
+    logp = token_logps(model, ids, attention) * scored
     with torch.no_grad():
-        ref_logp = _token_logps(ref_model, ids, attention) * scored
+        ref_logp = token_logps(ref_model, ids, attention) * scored
     chosen, rejected = logp.sum(1).chunk(2)
     ref_chosen, ref_rejected = ref_logp.sum(1).chunk(2)
     chosen_nll = -logp[: len(pairs)][scored[: len(pairs)].bool()]
