@@ -9,6 +9,7 @@ jobs) may share one host. Every wait has a deadline: `JOBS_RAY_READY_TIMEOUT_S`,
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -154,6 +155,45 @@ def _own_pids(temp_dir: str) -> list[int]:
     return pids
 
 
+def write_token(path: Path) -> None:
+    """A fresh secret for this cluster, readable by us alone, in the run folder every node shares."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+
+
+def auth_env(token_file: Path) -> dict[str, str]:
+    """Ray's token auth, explicit: else a ~/.ray/auth_token some other Ray run left decides it for us."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
+
+
+@contextmanager
+def driver_auth(token_file: Path) -> Iterator[None]:
+    """Ray drivers in this process authenticate to our cluster (Ray caches the token: reset it both ways)."""
+    saved = {var: os.environ.get(var) for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")}
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    os.environ.update(auth_env(token_file))
+    _reset_auth_cache()
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+        _reset_auth_cache()
+
+
+def _reset_auth_cache() -> None:
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
 def _gcs_reachable(ip: str, port: int) -> bool:
     try:
         with socket.create_connection((ip, port), timeout=1.0):
@@ -165,9 +205,10 @@ def _gcs_reachable(ip: str, port: int) -> bool:
 class RayCluster:
     """This task's Ray process; `start()` then `stop()` (always, whatever happened in between)."""
 
-    def __init__(self, node: RayNode, expected: list[str], log: Path | None = None):
+    def __init__(self, node: RayNode, expected: list[str], token_file: Path, log: Path | None = None):
         self.node = node
         self.expected = expected
+        self.token_file = token_file
         self.log = log
         self.proc: subprocess.Popen | None = None
 
@@ -186,10 +227,13 @@ class RayCluster:
                     raise RayClusterError(f"ray: {node.name} could not reach the head at {node.address}"
                                           f" within {deadline_s:g} s")
                 time.sleep(0.25)
+        if node.head:
+            write_token(self.token_file)
         Path(node.temp_dir).mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_USAGE_STATS_ENABLED": "0",
-               MARK_ENV: node.temp_dir}
-        env.pop("RAY_ADDRESS", None)
+               MARK_ENV: node.temp_dir, **auth_env(self.token_file)}
+        for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN"):
+            env.pop(var, None)
         out = None
         if self.log is not None:
             self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -214,19 +258,23 @@ class RayCluster:
             time.sleep(0.25)
         import ray
 
-        ray.init(address=self.node.address, logging_level="WARNING", log_to_driver=False,
-                 configure_logging=False)
-        try:
-            while True:
-                alive = {n["NodeName"] for n in ray.nodes() if n["Alive"]}
-                if set(self.expected) <= alive:
-                    return
-                self._check_running()
-                if time.monotonic() > end:
-                    raise RayClusterError(readiness_message(self.expected, alive, deadline_s))
-                time.sleep(0.25)
-        finally:
-            ray.shutdown()
+        with driver_auth(self.token_file):
+            ray.init(address=self.node.address, logging_level="WARNING", log_to_driver=False,
+                     configure_logging=False)
+            try:
+                self._poll_nodes(ray, end, deadline_s)
+            finally:
+                ray.shutdown()
+
+    def _poll_nodes(self, ray, end: float, deadline_s: float) -> None:
+        while True:
+            alive = {n["NodeName"] for n in ray.nodes() if n["Alive"]}
+            if set(self.expected) <= alive:
+                return
+            self._check_running()
+            if time.monotonic() > end:
+                raise RayClusterError(readiness_message(self.expected, alive, deadline_s))
+            time.sleep(0.25)
 
     def _check_running(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -274,34 +322,42 @@ def _detach_driver() -> None:
         ray.shutdown()
 
 
-def _done_marker(run_dir: Path) -> Path:
-    return run_dir / "ray" / f"{job_key()}.done"
+def _ray_dir(run_dir: Path) -> Path:
+    """Token, done marker and `ray start` logs of each attempt; the run folder is shared by all nodes."""
+    return run_dir / "ray"
 
 
 @contextmanager
 def head(dist: Distributed, run_dir: Path) -> Iterator[str]:
     """Rank 0: the head (and, with workers, all of them) up within the deadline; yields the address.
 
-    On every exit the workers are told to go (a marker in the shared run folder) and ours ends.
+    Ray drivers of this process authenticate to it meanwhile. On every exit the workers are told to go
+    (a marker in the shared run folder) and ours ends.
     """
     node = plan_node(dist, job_key())
-    cluster = RayCluster(node, dist.nodes or [node.name], log=run_dir / "ray" / f"{job_key()}-{node.name}.log")
+    cluster = RayCluster(node, dist.nodes or [node.name], token_file=_ray_dir(run_dir) / f"{job_key()}.token",
+                         log=_ray_dir(run_dir) / f"{job_key()}-{node.name}.log")
     try:
         cluster.start(ready_timeout())
-        yield node.address
+        with driver_auth(cluster.token_file):
+            try:
+                yield node.address
+            finally:
+                _detach_driver()
     finally:
-        _detach_driver()
-        marker = _done_marker(run_dir)
+        marker = _ray_dir(run_dir) / f"{job_key()}.done"
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
         cluster.stop()
+        cluster.token_file.unlink(missing_ok=True)
 
 
 def serve_worker(dist: Distributed, run_dir: Path, poll_s: float = 0.5) -> None:
     """Rank > 0: this node's worker, kept until the head says it is done; then ended."""
     node = plan_node(dist, job_key())
-    cluster = RayCluster(node, [node.name], log=run_dir / "ray" / f"{job_key()}-{node.name}.log")
-    marker = _done_marker(run_dir)
+    cluster = RayCluster(node, [node.name], token_file=_ray_dir(run_dir) / f"{job_key()}.token",
+                         log=_ray_dir(run_dir) / f"{job_key()}-{node.name}.log")
+    marker = _ray_dir(run_dir) / f"{job_key()}.done"
     try:
         cluster.start(ready_timeout(), abandon=marker.exists)
         while cluster.proc is not None and not marker.exists():

@@ -11,8 +11,8 @@ import pytest
 
 from helpers import run_jobs
 from jobs.context import Distributed
-from jobs.ray_cluster import (RayCluster, RayClusterError, cpus, free_ports, plan_node, readiness_message,
-                              ready_timeout, serve_worker)
+from jobs.ray_cluster import (RayCluster, RayClusterError, cpus, driver_auth, free_ports, plan_node,
+                              readiness_message, ready_timeout, serve_worker)
 from lineage import Store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -108,7 +108,7 @@ def test_cpus_and_timeout_come_from_the_environment(monkeypatch):
 def test_worker_that_cannot_reach_the_head_fails_within_its_deadline():
     (closed,) = free_ports(1)
     dist = Distributed(rank=1, world_size=2, master_addr="127.0.0.1", master_port=closed - 1, nodes=["a", "b"])
-    cluster = RayCluster(plan_node(dist, "t1.0"), ["b"])
+    cluster = RayCluster(plan_node(dist, "t1.0"), ["b"], token_file=Path("/nonexistent/token"))
     with pytest.raises(RayClusterError, match=rf"ray: b could not reach the head at .*:{closed} within 1 s"):
         cluster.start(1.0)
     assert cluster.proc is None
@@ -130,7 +130,7 @@ def test_one_node_cluster_comes_up_with_the_allocations_cpus_and_leaves_nothing(
 
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
     node = plan_node(Distributed(), f"t{os.getpid()}.0")
-    cluster = RayCluster(node, [node.name, "ghost"], log=tmp_path / "ray.log")
+    cluster = RayCluster(node, [node.name, "ghost"], token_file=tmp_path / "token", log=tmp_path / "ray.log")
     try:
         with pytest.raises(RayClusterError) as err:
             cluster.start(20)
@@ -138,18 +138,20 @@ def test_one_node_cluster_comes_up_with_the_allocations_cpus_and_leaves_nothing(
                             str(err.value)), err.value
         cluster.expected = [node.name]
         cluster.wait_ready(60)   # the head is up: now only this node is expected
-        ray.init(address=node.address, log_to_driver=False)
-        alive = [n for n in ray.nodes() if n["Alive"]]
-        assert [(n["NodeName"], n["Resources"]["CPU"]) for n in alive] == [(node.name, 1.0)]
+        assert (tmp_path / "token").stat().st_mode & 0o777 == 0o600
 
         @ray.remote(num_cpus=1)
         class Holder:
             def pid(self) -> int:
                 return os.getpid()
 
-        holder = Holder.options(lifetime="detached", name="holder").remote()
-        actor_pid = ray.get(holder.pid.remote())
-        ray.shutdown()
+        with driver_auth(cluster.token_file):
+            ray.init(address=node.address, log_to_driver=False)
+            alive = [n for n in ray.nodes() if n["Alive"]]
+            assert [(n["NodeName"], n["Resources"]["CPU"]) for n in alive] == [(node.name, 1.0)]
+            holder = Holder.options(lifetime="detached", name="holder", namespace="t").remote()
+            actor_pid = ray.get(holder.pid.remote())
+            ray.shutdown()
         assert actor_pid in ray_pids(node.temp_dir)   # a raylet-spawned worker names our temp dir too
     finally:
         cluster.stop()
