@@ -6,6 +6,7 @@ Outputs (each a folder, each registered as an artifact):
     sft/train.jsonl       {"prompt": "23+45=", "answer": "68"}
     prefs/train.jsonl     {"prompt", "chosen", "rejected"}: the right sum vs a plausible wrong one
     rl/train.jsonl        {"prompt", "answer"}: prompts a verifier can score
+    rl/validation.jsonl   the first n_rl_val held-out pairs: the rl stage's periodic validation
     eval/test.jsonl       held-out {"prompt", "answer"}; no training split contains these pairs
     tokenizer/            a character-level tokenizer trained with `tokenizers`, saved in HF format
 
@@ -39,6 +40,8 @@ def run(ctx) -> dict[str, Path]:
         "rl": _write_jsonl(ctx.output_dir("rl") / "train.jsonl", [_example(*rng.choice(train)) for _ in range(cfg["n_rl"])]),
         "eval": _write_jsonl(ctx.output_dir("eval") / "test.jsonl", [_example(a, b) for a, b in held_out]),
     }
+    # Validation for rl watches held-out prompts (no rng drawn: the other splits stay as they were).
+    _write_jsonl(out["rl"] / "validation.jsonl", [_example(a, b) for a, b in held_out[:cfg["n_rl_val"]]])
     out["tokenizer"] = _train_tokenizer(ctx.output_dir("tokenizer"), out["corpus"] / "train.txt")
     ctx.log({"n_train_pairs": len(train), "n_eval": len(held_out)}, step=0)
     return out

