@@ -1,0 +1,175 @@
+"""GRPO step throughput: our rl stage against TRL's GRPOTrainer, same model, prompts and shapes.
+
+    .venv/bin/python bench/rl.py [--store /tmp/jobs-bench-rl] [--prompts 8] [--generations 8]
+                                 [--steps 12] [--skip 2] [--max-new-tokens 5] [--threads 2]
+
+A like-for-like pair on one machine, measured in one run: the tiny recipe's SFT model (built into
+--store on first use: data, pretrain, sft, and a 10-step rm that rl's inputs require but the
+exact-match reward never reads; reused when present), the data stage's rl prompts,
+P prompts x G samples per optimizer step (one step per generation batch), T new tokens sampled at
+temperature 1 with HF `generate`, an exact-match reward, the same k3 KL coefficient, clip 0.2/0.28,
+lr and torch thread count on both sides.
+
+Ours: `jobs submit tiny --stage rl` (local executor, Ray actors); each step logs `rl/step_time_s`
+(generation, reward, train step, refit) and `rl/generated_tokens` (eos included) to metrics.jsonl.
+TRL: GRPOTrainer (use_cpu, no vLLM, loss_type bnpo = our token-level mean); a callback times each
+step from on_step_begin to on_step_end (generation, reward, reference and policy passes, optimizer)
+and the reward function counts completion tokens (eos included). Start-up (job, Ray, trainer
+construction) is outside both clocks, and the first --skip steps of each side are dropped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+JOBS = str(Path(sys.executable).parent / "jobs")
+RM_STUB = ("rm.steps=10", "rm.warmup=2")   # rl takes a reward model as input; the exact-match reward never reads it
+
+
+def jobs(store: Path, *argv: str) -> str:
+    r = subprocess.run([JOBS, "--store", str(store), *argv], capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"jobs {' '.join(argv)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def artifact_dir(store: Path, alias: str) -> Path | None:
+    from lineage import Store
+    from lineage.errors import NotFound
+
+    if not store.is_dir():
+        return None
+    try:
+        s = Store(store)
+        return Path(s.artifact(s.resolve_artifact(alias))["path"])
+    except NotFound:
+        return None
+
+
+def ensure_upstream(store: Path) -> tuple[Path, Path]:
+    """The SFT model folder and the rl prompts folder; the pipeline up to rm is built if missing (a
+    checkout that changed since would re-run every stage, so each present piece is reused as is)."""
+    if artifact_dir(store, "tiny/sft/model:latest") is None:
+        print(f"building data, pretrain, sft, rm into {store} (minutes) ...", file=sys.stderr)
+        jobs(store, "submit", "tiny", "--stage", "data,pretrain,sft,rm", "tracking.wandb=disabled", *RM_STUB)
+    elif artifact_dir(store, "tiny/rm/reward_model:latest") is None:
+        jobs(store, "submit", "tiny", "--stage", "rm", "tracking.wandb=disabled", *RM_STUB)
+    return artifact_dir(store, "tiny/sft/model:latest"), artifact_dir(store, "tiny/data/rl:latest")
+
+
+def summarize(times: list[float], tokens: list[int], skip: int) -> dict:
+    t, n = times[skip:], tokens[skip:]
+    return {"steps": len(t), "tokens_s": sum(n) / sum(t), "steps_min": 60 * len(t) / sum(t),
+            "step_s": sum(t) / len(t), "tokens_step": sum(n) / len(n)}
+
+
+def run_ours(store: Path, a: argparse.Namespace) -> dict:
+    overrides = [
+        "rl.algorithm=grpo", f"rl.grpo.num_prompts_per_step={a.prompts}",
+        f"rl.grpo.num_generations_per_prompt={a.generations}", f"rl.grpo.max_num_steps={a.steps}",
+        "rl.generation.backend=hf", f"rl.generation.max_new_tokens={a.max_new_tokens}",
+        "rl.generation.temperature=1.0", f"rl.loss_fn.reference_policy_kl_penalty={a.kl}",
+        f"rl.policy.lr={a.lr}", f"rl.cluster.threads={a.threads}",
+        f"rl.grpo.val_period={a.steps + 1}", f"rl.checkpointing.save_period={a.steps + 1}",
+        "tracking.wandb=disabled", "tracking.tensorboard=false",
+    ]
+    out = jobs(store, "submit", "tiny", "--stage", "rl", "--force", *overrides)
+    run_id = re.findall(r"^(\S+)\s+rl\s+SUCCEEDED", out, re.M)
+    if not run_id:
+        raise SystemExit(f"no succeeded rl run in:\n{out}")
+    rows = [json.loads(x) for x in (store / "runs" / run_id[-1] / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rl/step_time_s" in r]
+    result = summarize([r["rl/step_time_s"] for r in steps], [r["rl/generated_tokens"] for r in steps], a.skip)
+    result["reward"] = sum(r["rl/reward_mean"] for r in steps) / len(steps)
+    return result
+
+
+def run_trl(model_dir: Path, prompts_dir: Path, a: argparse.Namespace) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(a.threads)
+    rows = [json.loads(x) for x in (prompts_dir / "train.jsonl").read_text().splitlines()]
+    counted: list[int] = []
+    rewards: list[float] = []
+
+    def exact_match(completions, answer, completion_ids, **_) -> list[float]:
+        counted.extend(len(ids) for ids in completion_ids)
+        scores = [float(c.strip() == y) for c, y in zip(completions, answer)]
+        rewards.extend(scores)
+        return scores
+
+    times: list[float] = []
+    tokens: list[int] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0, self.n0 = time.perf_counter(), len(counted)
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - self.t0)
+            tokens.append(sum(counted[self.n0:]))
+
+    batch = a.prompts * a.generations
+    config = GRPOConfig(
+        output_dir=str(a.store / "trl-out"), use_cpu=True, bf16=False, report_to="none", disable_tqdm=True,
+        gradient_checkpointing=False, save_strategy="no", logging_steps=a.steps + 1, seed=1234,
+        per_device_train_batch_size=batch, generation_batch_size=batch, gradient_accumulation_steps=1,
+        num_generations=a.generations, num_iterations=1, max_completion_length=a.max_new_tokens,
+        temperature=1.0, beta=a.kl, learning_rate=a.lr, max_steps=a.steps, loss_type="bnpo",
+        epsilon=0.2, epsilon_high=0.28, use_bias_correction_kl=False, use_vllm=False,
+    )
+    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=exact_match, args=config,
+                          train_dataset=Dataset.from_list(rows), callbacks=[StepClock()])
+    trainer.train()
+    result = summarize(times, tokens, a.skip)
+    result["reward"] = sum(rewards) / len(rewards)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", type=Path, default=Path("/tmp/jobs-bench-rl"), help="reused when it holds the models")
+    ap.add_argument("--prompts", type=int, default=8, help="P: prompts per step")
+    ap.add_argument("--generations", type=int, default=8, help="G: samples per prompt (the group)")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--skip", type=int, default=2, help="first steps of each side not counted (warm-up)")
+    ap.add_argument("--max-new-tokens", type=int, default=5, help="T")
+    ap.add_argument("--kl", type=float, default=0.01, help="K: k3 KL coefficient (TRL's beta)")
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads, both sides")
+    a = ap.parse_args()
+    if a.steps <= a.skip:
+        raise SystemExit("--steps must exceed --skip")
+
+    model_dir, prompts_dir = ensure_upstream(a.store)
+    load = [os.getloadavg()[0]]
+    ours = run_ours(a.store, a)
+    load.append(os.getloadavg()[0])
+    trl = run_trl(model_dir, prompts_dir, a)
+    load.append(os.getloadavg()[0])
+
+    import trl as trl_pkg
+
+    print(f"P={a.prompts} prompts x G={a.generations} samples, T={a.max_new_tokens} new tokens, KL {a.kl}, "
+          f"lr {a.lr}, {a.threads} torch threads; {a.steps} steps, first {a.skip} not counted; "
+          f"TRL {trl_pkg.__version__}; load average {' / '.join(f'{x:.1f}' for x in load)} (start / between / end)\n")
+    print("| | generated tokens/s | steps/min | s/step | tokens/step | mean reward |\n|---|---:|---:|---:|---:|---:|")
+    for name, r in (("ours (jobs rl, hf)", ours), ("TRL GRPOTrainer", trl)):
+        print(f"| {name} | {r['tokens_s']:,.0f} | {r['steps_min']:.1f} | {r['step_s']:.2f} | "
+              f"{r['tokens_step']:.0f} | {r['reward']:.3f} |")
+    print(f"| ours / TRL | {ours['tokens_s'] / trl['tokens_s']:.2f}x | {ours['steps_min'] / trl['steps_min']:.2f}x | | | |")
+
+
+if __name__ == "__main__":
+    main()
