@@ -2,13 +2,16 @@
 
 vLLM runs entirely in the calling process: no engine-core process (VLLM_ENABLE_V1_MULTIPROCESSING=0),
 no worker process (the "uni" executor), no Ray cluster of its own. So the engine behaves the same in
-a plain process and inside a Ray actor (`ray.remote(num_cpus=1)(VLLMEngine).remote(...)`), where
-vLLM's default on CPU (a spawned multiprocessing worker with its own OpenMP binding) is not wanted.
+a plain process and inside a Ray actor (`ray.remote(num_cpus=1)(VLLMEngine).remote(...)`) and uses
+the threads it is given. vLLM's CPU default also runs in an actor here, but spawns an engine-core
+and a worker process (each importing vllm again: 74 s to a first token) and pins the worker's
+OpenMP threads to core 0, reserving core 1, whatever Ray granted the actor.
 In-process also means vLLM initialises torch.distributed (gloo, world size 1) here: a trainer that
 runs DDP must keep the engine in another process (a Ray actor).
 
-Measured on this machine (2 shared cores, the 0.86M tiny model, float32): LLM() init 6-7 s after
-the ~15 s `import vllm`; generate 256 prompts x n=8 x 5 tokens 5-7 s; load_weights 0.03-0.5 s.
+Measured (2 cores shared at load average 7-10, the 0.86M tiny model, float32): LLM() init 6-22 s
+after a 17 s `import vllm`; generate 256 prompts x n=8 x 5 tokens 3.7-5.2 s (HF generate 8.6-12.5 s);
+load_weights 0.09-0.45 s.
 """
 from __future__ import annotations
 
@@ -71,7 +74,7 @@ class VLLMEngine:
             self.llm = LLM(
                 model=str(model_dir), dtype="float32", seed=seed, max_model_len=max_model_len,
                 distributed_executor_backend="uni",
-                enforce_eager=True,            # no torch.compile: init in seconds instead of minutes
+                enforce_eager=True,            # compiled (inductor): init 64 s here, generate no faster
                 enable_prefix_caching=False,   # cached KV would outlive a weight refit
                 kv_cache_memory_bytes=KV_CACHE_BYTES,
                 max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=MAX_BATCHED_TOKENS,
@@ -81,7 +84,7 @@ class VLLMEngine:
                  seed: int) -> list[list[list[int]]]:
         """Per prompt (token ids, already starting with <bos>), n responses as token-id lists: the
         generated tokens only, ending with <eos> when one was generated. temperature 0 = greedy.
-        Same seed -> same output."""
+        Same seed -> same output. A response also stops where prompt + response fill max_model_len."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 

@@ -91,6 +91,18 @@ def test_load_weights_switches_to_the_other_models_greedy_ids(models, engine):
     assert engine.generate(models["prompts"], n=1, temperature=0.0, max_new_tokens=12, seed=0) == models["a_greedy"]
 
 
+def test_the_caller_keeps_control_of_torch_threads(engine):
+    import torch
+
+    before = torch.get_num_threads()
+    wanted = 2 if before == 1 else 1
+    torch.set_num_threads(wanted)         # vLLM's CPU worker turns this into a no-op process-wide
+    try:
+        assert torch.get_num_threads() == wanted
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture
 def ray_local():
     """A private one-node Ray, its session files under /tmp (socket paths must stay short)."""
