@@ -28,13 +28,14 @@ MAX_BATCHED_TOKENS = 16384   # prefill of 2,048 short prompts at once
 
 @contextmanager
 def _keep_process_state():
-    """LLM() reseeds the global RNGs and replaces torch.set_num_threads process-wide (the CPU worker
-    guards its thread binding, which the in-process executor does not do); put both back so a
-    trainer in this process keeps its own random streams and thread control."""
+    """LLM() reseeds the global RNGs, replaces torch.set_num_threads process-wide (the CPU worker
+    guards its thread binding, which the in-process executor does not do) and adds tcmalloc and
+    libgomp to LD_PRELOAD (for worker processes we do not start). Put all three back so a trainer in
+    this process keeps its random streams and thread control, and its subprocesses their loader."""
     import numpy as np
     import torch
 
-    set_num_threads = torch.set_num_threads
+    set_num_threads, preload = torch.set_num_threads, os.environ.get("LD_PRELOAD")
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
     try:
         yield
@@ -43,6 +44,10 @@ def _keep_process_state():
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
+        if preload is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = preload
 
 
 def _reload(worker, weights_path: str) -> None:

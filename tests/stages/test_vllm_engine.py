@@ -55,9 +55,13 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(models):
+    """The in-process engine; teardown ends the torch.distributed group vLLM opened in this process."""
     from stages.vllm_engine import VLLMEngine
 
-    return VLLMEngine(models["a"], seed=0)
+    yield VLLMEngine(models["a"], seed=0)
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    cleanup_dist_env_and_memory()
 
 
 def test_greedy_ids_equal_hf_greedy(models, engine):
@@ -91,8 +95,12 @@ def test_load_weights_switches_to_the_other_models_greedy_ids(models, engine):
     assert engine.generate(models["prompts"], n=1, temperature=0.0, max_new_tokens=12, seed=0) == models["a_greedy"]
 
 
-def test_the_caller_keeps_control_of_torch_threads(engine):
+def test_the_caller_keeps_control_of_torch_threads_and_its_subprocesses_loader(engine):
+    import os
+
     import torch
+
+    assert "tcmalloc" not in os.environ.get("LD_PRELOAD", "")
 
     before = torch.get_num_threads()
     wanted = 2 if before == 1 else 1
