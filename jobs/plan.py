@@ -98,7 +98,7 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[st
 def _check_config(recipe: str, spec, config: dict, check_modules: bool) -> None:
     """A stage module may define `check_config(config) -> [problem, ...]`: bad values are refused
     here, before anything is recorded, instead of failing minutes later inside the job."""
-    if not check_modules:
+    if not check_modules and importlib.util.find_spec(spec.module) is None:
         return
     check = getattr(importlib.import_module(spec.module), "check_config", None)
     problems = check(config) if check else []

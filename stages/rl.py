@@ -20,7 +20,8 @@ trainer (stages/policy.py). One GRPO step:
 
 DPO pairs come from the preference data (offline) or from on-policy rollouts ranked by the
 rewards (best vs worst of a group whose rewards differ). Validation is greedy exact match on
-held-out prompts, before training, every `val_period` steps and at the end. Checkpoints (trainer
+held-out prompts, before training, every `val_period` steps and at the end (answers in
+<run>/validation/step_N.jsonl). Checkpoints (trainer
 state + step) every `checkpointing.save_period` steps and when Slurm signals; a requeued job
 resumes at the same step with the same batches and sampling seeds.
 """
@@ -120,8 +121,13 @@ def run(ctx) -> dict[str, Path]:
         prefs = _jsonl(ctx.input("prefs") / "train.jsonl") if algo == "dpo" and dpo["pairs"] == "offline" else []
 
         def validate(step: int) -> None:
+            """Greedy answers of the rollout workers (so, of the weights they were refit with)."""
             texts = tokenizer.batch_decode([g[0] for g in actors.generate(val_ids, 1, 0.0, 0)], skip_special_tokens=True)
             ctx.log({"rl/val_accuracy": sum(t.strip() == r["answer"] for t, r in zip(texts, val)) / len(val)}, step=step)
+            folder = ctx.run_dir / "validation"
+            folder.mkdir(exist_ok=True)
+            (folder / f"step_{step:06d}.jsonl").write_text("".join(
+                json.dumps({**r, "response": t}, sort_keys=True) + "\n" for r, t in zip(val, texts)))
 
         with tracking.session(ctx):
             ctx.log({"rl/prompts": len(rows), "rl/rollout_workers": len(actors.workers), "rl/ray_nodes": actors.nodes(),
