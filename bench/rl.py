@@ -20,6 +20,7 @@ construction) is outside both clocks, and the first --skip steps of each side ar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -89,6 +90,10 @@ def run_ours(store: Path, a: argparse.Namespace) -> dict:
     steps = [r for r in rows if "rl/step_time_s" in r]
     result = summarize([r["rl/step_time_s"] for r in steps], [r["rl/generated_tokens"] for r in steps], a.skip)
     result["reward"] = sum(r["rl/reward_mean"] for r in steps) / len(steps)
+    counted = steps[a.skip:]
+    parts = {k: sum(r[f"rl/{k}_s"] for r in counted) / len(counted) for k in ("generate", "reward", "refit")}
+    parts["train"] = result["step_s"] - sum(parts.values())
+    result["parts"] = parts
     return result
 
 
@@ -131,7 +136,8 @@ def run_trl(model_dir: Path, prompts_dir: Path, a: argparse.Namespace) -> dict:
     )
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=exact_match, args=config,
                           train_dataset=Dataset.from_list(rows), callbacks=[StepClock()])
-    trainer.train()
+    with contextlib.redirect_stdout(sys.stderr):         # Trainer prints its summary: keep stdout the table
+        trainer.train()
     result = summarize(times, tokens, a.skip)
     result["reward"] = sum(rewards) / len(rewards)
     return result
@@ -169,6 +175,8 @@ def main() -> None:
         print(f"| {name} | {r['tokens_s']:,.0f} | {r['steps_min']:.1f} | {r['step_s']:.2f} | "
               f"{r['tokens_step']:.0f} | {r['reward']:.3f} |")
     print(f"| ours / TRL | {ours['tokens_s'] / trl['tokens_s']:.2f}x | {ours['steps_min'] / trl['steps_min']:.2f}x | | | |")
+    print("\nours, mean s per counted step: " + ", ".join(f"{k} {v:.2f}" for k, v in ours["parts"].items())
+          + " (train = the rest: reference and policy passes, backward, optimizer, Ray calls)")
 
 
 if __name__ == "__main__":
