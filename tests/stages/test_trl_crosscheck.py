@@ -16,7 +16,8 @@ Conventions that differ, and how the test lines them up:
 - Old and reference log-probs are fixed tensors given to both sides (perturbed away from the policy so
   the clip and the k3 KL are active), as the rl stage gets them from generation and a frozen reference.
 - DPO's SFT term: TRL's `"sft"` loss is a token-level mean NLL over the chosen completions, so ours
-  gets `chosen_nll` as the flat per-token NLLs of those tokens.
+  gets `chosen_nll` as the flat per-token NLLs of those tokens. (stages/policy.py passes each chosen
+  response's mean NLL instead, a per-sequence mean: the same number only when lengths are equal.)
 """
 import pytest
 import torch
