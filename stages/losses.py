@@ -31,14 +31,15 @@ def bradley_terry_loss(chosen_rewards, rejected_rewards):
 
 # ---- RL: shared by the GRPO and DPO paths of the rl stage ---------------------------------------
 
-def token_logps(model, ids, attention_mask):
+def token_logps(model, ids, attention_mask, temperature: float = 1.0):
     """log p(ids[:, t] | ids[:, :t]) for t >= 1: a (batch, tokens - 1) tensor, aligned with ids[:, 1:].
 
-    Computed in float32 with log_softmax + gather, so it is exact for padded rows when the padding
-    is on the right (positions past a row's end are masked out by the caller)."""
+    Under the sampling temperature (logits / T): the distribution the rollouts were drawn from, so
+    that the policy gradient and the KL are about the policy that actually acted. Float32; padding
+    goes on the right (positions past a row's end are masked out by the caller)."""
     import torch.nn.functional as F
 
-    logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1].float()
+    logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
     return F.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 

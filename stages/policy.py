@@ -67,13 +67,13 @@ class PolicyTrainer:
 
         ids, attn, mask = pack(prompts, responses, self.tokenizer.pad_token_id)
         adv = torch.tensor(advantages, dtype=torch.float32)
-        lf = self.cfg["loss_fn"]
-        logp = token_logps(self.policy, ids, attn)
+        lf, temperature = self.cfg["loss_fn"], self.cfg["generation"]["temperature"]
+        logp = token_logps(self.policy, ids, attn, temperature)
         # On-policy: the rollouts came from exactly these weights, so the old log-probs are these.
         old = logp.detach()
         if self.reference is not None:
             with torch.no_grad():
-                ref = token_logps(self.reference, ids, attn)
+                ref = token_logps(self.reference, ids, attn, temperature)
         else:
             ref = old
         loss = grpo_loss(logp, old, ref, adv, mask, clip_low=lf["ratio_clip_min"], clip_high=lf["ratio_clip_max"],

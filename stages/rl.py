@@ -161,9 +161,16 @@ def run(ctx) -> dict[str, Path]:
                                  generated_tokens=sum(len(r) for r in flat), reward_mean=sum(scores) / len(scores))
                     if algo == "grpo":
                         adv = group_advantages(torch.tensor(scores), n, normalize=grpo["normalize_rewards"],
-                                               leave_one_out=grpo["use_leave_one_out_baseline"])
-                        stats.update(actors.call("grpo_step", [prompt_ids[i] for i in idx], flat, adv.tolist()))
-                        stats["zero_signal_groups"] = sum(len(set(scores[j:j + n])) == 1 for j in range(0, len(flat), n))
+                                               leave_one_out=grpo["use_leave_one_out_baseline"]).tolist()
+                        # A group whose samples all scored alike has zero advantages: no policy gradient.
+                        # Dynamic sampling trains on the other groups only (the same update, less work).
+                        keep = [j for j in range(0, len(flat), n) if len(set(scores[j:j + n])) > 1]
+                        stats["zero_signal_groups"] = len(flat) // n - len(keep)
+                        if grpo["use_dynamic_sampling"]:
+                            rows_kept = [k for j in keep for k in range(j, j + n)]
+                            idx, flat, adv = ([x[k] for k in rows_kept] for x in (idx, flat, adv))
+                        if flat:
+                            stats.update(actors.call("grpo_step", [prompt_ids[i] for i in idx], flat, adv))
                     else:
                         pairs = _on_policy_pairs(picked, prompt_ids, groups, scores, n)
                         if pairs[0]:  # a step whose groups all tie (all right or all wrong) has nothing to prefer
