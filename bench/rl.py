@@ -79,6 +79,7 @@ def run_ours(store: Path, a: argparse.Namespace) -> dict:
         "rl.generation.backend=hf", f"rl.generation.max_new_tokens={a.max_new_tokens}",
         "rl.generation.temperature=1.0", f"rl.loss_fn.reference_policy_kl_penalty={a.kl}",
         f"rl.policy.lr={a.lr}", f"rl.cluster.threads={a.threads}",
+        "rl.grpo.use_dynamic_sampling=false",       # TRL trains on every group; so do we, like for like
         f"rl.grpo.val_period={a.steps + 1}", f"rl.checkpointing.save_period={a.steps + 1}",
         "tracking.wandb=disabled", "tracking.tensorboard=false",
     ]
