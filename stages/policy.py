@@ -45,10 +45,11 @@ class PolicyTrainer:
         if self._kl_or_beta() > 0:
             self.reference = lm.load_model(Path(model_dir)).eval().requires_grad_(False)
         p = cfg["policy"]
-        self.schedule = Schedule(steps=steps, lr=p["lr"], warmup=p["warmup"], min_lr_ratio=p["min_lr_ratio"],
+        lr = cfg["dpo"]["lr"] if cfg["algorithm"] == "dpo" else p["lr"]
+        self.schedule = Schedule(steps=steps, lr=lr, warmup=p["warmup"], min_lr_ratio=p["min_lr_ratio"],
                                  weight_decay=p["weight_decay"], grad_clip=p["max_grad_norm"])
         params = [q for q in self.policy.parameters() if q.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=p["lr"], betas=(0.9, 0.95), weight_decay=p["weight_decay"])
+        self.optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=p["weight_decay"])
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule.factor)
         self.policy.train()
 
