@@ -72,14 +72,16 @@ def summarize(times: list[float], tokens: list[int], skip: int) -> dict:
             "step_s": sum(t) / len(t), "tokens_step": sum(n) / len(n)}
 
 
-def run_ours(store: Path, a: argparse.Namespace) -> dict:
+def run_ours(store: Path, a: argparse.Namespace, dynamic: bool = False) -> dict:
     overrides = [
         "rl.algorithm=grpo", f"rl.grpo.num_prompts_per_step={a.prompts}",
         f"rl.grpo.num_generations_per_prompt={a.generations}", f"rl.grpo.max_num_steps={a.steps}",
         "rl.generation.backend=hf", f"rl.generation.max_new_tokens={a.max_new_tokens}",
         "rl.generation.temperature=1.0", f"rl.loss_fn.reference_policy_kl_penalty={a.kl}",
         f"rl.policy.lr={a.lr}", f"rl.cluster.threads={a.threads}",
-        "rl.grpo.use_dynamic_sampling=false",       # TRL trains on every group; so do we, like for like
+        # false: TRL trains on every group; so do we, like for like. true: the recipe's default, which
+        # trains only on groups whose rewards differ (the others have zero advantage).
+        f"rl.grpo.use_dynamic_sampling={str(dynamic).lower()}",
         f"rl.grpo.val_period={a.steps + 1}", f"rl.checkpointing.save_period={a.steps + 1}",
         "tracking.wandb=disabled", "tracking.tensorboard=false",
     ]
@@ -163,6 +165,8 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     ours = run_ours(a.store, a)
     load.append(os.getloadavg()[0])
+    dynamic = run_ours(a.store, a, dynamic=True)
+    load.append(os.getloadavg()[0])
     trl = run_trl(model_dir, prompts_dir, a)
     load.append(os.getloadavg()[0])
 
@@ -170,14 +174,17 @@ def main() -> None:
 
     print(f"P={a.prompts} prompts x G={a.generations} samples, T={a.max_new_tokens} new tokens, KL {a.kl}, "
           f"lr {a.lr}, {a.threads} torch threads; {a.steps} steps, first {a.skip} not counted; "
-          f"TRL {trl_pkg.__version__}; load average {' / '.join(f'{x:.1f}' for x in load)} (start / between / end)\n")
+          f"TRL {trl_pkg.__version__}; load average {' / '.join(f'{x:.1f}' for x in load)} (start / after ours / after ours dynamic / end)\n")
     print("| | generated tokens/s | steps/min | s/step | tokens/step | mean reward |\n|---|---:|---:|---:|---:|---:|")
-    for name, r in (("ours (jobs rl, hf)", ours), ("TRL GRPOTrainer", trl)):
+    for name, r in (("ours (jobs rl, hf)", ours), ("ours, dynamic sampling (recipe default)", dynamic),
+                    ("TRL GRPOTrainer", trl)):
         print(f"| {name} | {r['tokens_s']:,.0f} | {r['steps_min']:.1f} | {r['step_s']:.2f} | "
               f"{r['tokens_step']:.0f} | {r['reward']:.3f} |")
-    print(f"| ours / TRL | {ours['tokens_s'] / trl['tokens_s']:.2f}x | {ours['steps_min'] / trl['steps_min']:.2f}x | | | |")
-    print("\nours, mean s per counted step: " + ", ".join(f"{k} {v:.2f}" for k, v in ours["parts"].items())
-          + " (train = the rest: reference and policy passes, backward, optimizer, Ray calls)")
+    for name, r in (("ours / TRL", ours), ("ours dynamic / TRL", dynamic)):
+        print(f"| {name} | {r['tokens_s'] / trl['tokens_s']:.2f}x | {r['steps_min'] / trl['steps_min']:.2f}x | | | |")
+    for name, r in (("ours", ours), ("ours dynamic", dynamic)):
+        print(f"\n{name}, mean s per counted step: " + ", ".join(f"{k} {v:.2f}" for k, v in r["parts"].items())
+              + " (train = the rest: reference and policy passes, backward, optimizer, Ray calls)")
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ def pipeline(tmp_path_factory) -> Store:
     root = tmp_path_factory.mktemp("tiny pipeline") / "store"
     r = run_jobs(root, "submit", "tiny", "--stage", "all", timeout=1800)
     assert r.code == 0, r.out + r.err
-    # The pretrained model on the same held-out split: the baseline SFT must beat.
-    r = run_jobs(root, "submit", "tiny", "--stage", "eval", "--input", "model=tiny/pretrain/model:latest",
-                 "tracking.wandb=disabled", timeout=600)
-    assert r.code == 0, r.out + r.err
+    # The pretrained and SFT models on the same held-out split: the baselines SFT and RL must beat.
+    for upstream in ("pretrain", "sft"):
+        r = run_jobs(root, "submit", "tiny", "--stage", "eval", "--input", f"model=tiny/{upstream}/model:latest",
+                     "tracking.wandb=disabled", timeout=600)
+        assert r.code == 0, r.out + r.err
     return Store(root)
 
 

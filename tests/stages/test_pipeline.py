@@ -88,9 +88,9 @@ def test_export_loads_and_generates_with_plain_transformers(pipeline):
 
 
 def test_trackers_wrote_wandb_offline_and_tensorboard_files(pipeline):
-    sft_model = latest(pipeline, "sft").outputs["model"]
-    for view in (latest(pipeline, "pretrain"), latest(pipeline, "sft"), latest(pipeline, "rm"),
-                 latest(pipeline, "eval", model=sft_model)):    # (the pretrained model's eval ran with W&B off)
+    rl_model = latest(pipeline, "rl").outputs["model"]
+    for view in (latest(pipeline, "pretrain"), latest(pipeline, "sft"), latest(pipeline, "rm"), latest(pipeline, "rl"),
+                 latest(pipeline, "eval", model=rl_model)):    # (the baselines' evals ran with W&B off)
         wandb_dir = Path(view.trackers["wandb"])
         assert wandb_dir.name.startswith("offline-run-") and wandb_dir.is_relative_to(pipeline.run_dir(view.id))
         assert list(wandb_dir.glob("*.wandb")), wandb_dir
