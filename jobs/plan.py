@@ -101,7 +101,10 @@ def _check_config(recipe: str, spec, config: dict, check_modules: bool) -> None:
     if not check_modules and importlib.util.find_spec(spec.module) is None:
         return
     check = getattr(importlib.import_module(spec.module), "check_config", None)
-    problems = check(config) if check else []
+    try:
+        problems = check(config) if check else []
+    except (KeyError, TypeError) as e:  # a section or key the stage needs was removed or retyped
+        problems = [f"the config lacks or mistypes {e}"]
     if problems:
         raise RecipeError(f"{recipe}/{spec.name}: " + "; ".join(problems))
 

@@ -21,9 +21,9 @@ trainer (stages/policy.py). One GRPO step:
 DPO pairs come from the preference data (offline) or from on-policy rollouts ranked by the
 rewards (best vs worst of a group whose rewards differ). Validation is greedy exact match on
 held-out prompts, before training, every `val_period` steps and at the end (answers in
-<run>/validation/step_N.jsonl). Checkpoints (trainer
-state + step) every `checkpointing.save_period` steps and when Slurm signals; a requeued job
-resumes at the same step with the same batches and sampling seeds.
+<run>/validation/step_N.jsonl). Checkpoints (trainer state + step) every
+`checkpointing.save_period` steps and when Slurm signals; a requeued job resumes at the same step
+with the same batches and sampling seeds.
 """
 from __future__ import annotations
 

@@ -39,3 +39,19 @@ def tree_digest(root: Path) -> str:
             if name:
                 h.update(p.read_bytes())
     return h.hexdigest()
+
+
+def ray_pids(needle: str) -> list[int]:
+    """Processes whose command line or environment contains `needle`, read from /proc.
+
+    Ray's workers retitle themselves (`ray::Actor`), so only their environment still names the temp dir.
+    """
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if any(needle.encode() in (entry / f).read_bytes() for f in ("cmdline", "environ")):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_jobs
+from helpers import ray_pids, run_jobs
 from jobs.context import Distributed
 from jobs.ray_cluster import (RayCluster, RayClusterError, cpus, driver_auth, free_ports, plan_node,
                               readiness_message, ready_timeout, serve_worker)
@@ -17,22 +17,6 @@ from lineage import Store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 TWO = dict(world_size=2, master_addr="127.0.0.1", master_port=24000, nodes=["node1", "node2"])
-
-
-def ray_pids(needle: str) -> list[int]:
-    """Processes whose command line or environment contains `needle`, read from /proc.
-
-    Ray's workers retitle themselves (`ray::Actor`), so only their environment still names the temp dir.
-    """
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if any(needle.encode() in (entry / f).read_bytes() for f in ("cmdline", "environ")):
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
 
 
 def test_head_and_worker_layout_on_two_virtual_nodes_of_one_host():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_jobs
+from helpers import ray_pids, run_jobs
 from lineage import Store
 
 pytestmark = pytest.mark.slurm
@@ -21,19 +21,6 @@ def env(tmp_path, slurm_cluster) -> dict:
     profiles.write_text("dev: {partition: debug, containers: false}\n")
     return {"JOBS_PROFILES": str(profiles), "JOBS_RECIPES": str(FIXTURES / "recipes"),
             "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
-
-
-def ray_pids(needle: str) -> list[int]:
-    """Processes whose command line or environment (Ray workers retitle themselves) contains `needle`."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if any(needle.encode() in (entry / f).read_bytes() for f in ("cmdline", "environ")):
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
 
 
 def submit_and_wait(store: Path, env: dict, slurm_cluster, *overrides: str):

@@ -5,10 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_jobs
+from helpers import ray_pids, run_jobs
 from lineage import Store
 from test_executor import wait
-from test_ray_on_slurm import ray_pids
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 # A barely trained SFT model is enough to exercise the machinery; learning is tests/stages/test_rl.py.

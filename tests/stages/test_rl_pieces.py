@@ -24,12 +24,16 @@ def test_the_tiny_config_is_valid_and_every_problem_is_reported_at_once():
     assert len(problems) == 4 and "rl.algorithm must be grpo or dpo (got 'ppo')" in problems
 
 
-def test_bad_rl_config_is_refused_by_submit_before_anything_is_recorded(tmp_path):
+@pytest.mark.parametrize("override,message", [
+    ("rl.algorithm=ppo", "rl.algorithm must be grpo or dpo (got 'ppo')"),
+    ("~rl.dpo", "the config lacks or mistypes 'dpo'"),
+])
+def test_bad_rl_config_is_refused_by_submit_before_anything_is_recorded(tmp_path, override, message):
     store = tmp_path / "store"
     before = tree_digest(store)
-    r = run_jobs(store, "submit", "tiny", "--stage", "all", "rl.algorithm=ppo")
+    r = run_jobs(store, "submit", "tiny", "--stage", "all", override)
     assert r.code == 2
-    assert r.err.strip().splitlines() == ["jobs: error: tiny/rl: rl.algorithm must be grpo or dpo (got 'ppo')"]
+    assert r.err.strip().splitlines() == [f"jobs: error: tiny/rl: {message}"]
     assert tree_digest(store) == before
 
 
