@@ -64,8 +64,11 @@ def test_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
 
 
 def test_grpo_with_the_vllm_backend_trains_and_its_refits_take_effect(pipeline):
+    # lr 1e-3 (5x the default) so that 10 steps surely move some greedy answers: this test is about
+    # the refit reaching vLLM, not about learning.
     r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl", "rl.generation.backend=vllm",
-                 "rl.grpo.max_num_steps=10", "rl.grpo.val_period=10", "tracking.wandb=disabled", timeout=1800)
+                 "rl.grpo.max_num_steps=10", "rl.grpo.val_period=10", "rl.policy.lr=1e-3",
+                 "tracking.wandb=disabled", timeout=1800)
     assert r.code == 0, r.out + r.err
     view = next(v for v in (pipeline.run(row["id"]) for row in pipeline.index().runs(stage="rl"))
                 if v.state == "SUCCEEDED" and v.spec["config"]["rl"]["generation"]["backend"] == "vllm")
