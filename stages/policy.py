@@ -34,10 +34,9 @@ class PolicyTrainer:
         from stages import lm
         from stages.loop import Schedule
 
-        self.threads = lm.setup_torch(seed)
+        lm.setup_torch(seed)
         if threads:
             torch.set_num_threads(threads)
-            self.threads = threads
         self.cfg = cfg
         self.policy = lm.load_model(Path(model_dir))
         self.tokenizer = lm.load_tokenizer(Path(model_dir))

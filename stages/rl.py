@@ -106,7 +106,7 @@ def run(ctx) -> dict[str, Path]:
     val = _jsonl(ctx.input("prompts") / "validation.jsonl")[:grpo["max_val_samples"]]
     val_ids = lm.encode(tokenizer, [r["prompt"] for r in val], bos=True)
     longest = max(len(p) for p in prompt_ids + val_ids) + gen["max_new_tokens"]
-    if longest > lm.load_model(policy_dir).config.max_position_embeddings:
+    if longest > json.loads((policy_dir / "config.json").read_text())["max_position_embeddings"]:
         raise ValueError(f"rl: prompt + rl.generation.max_new_tokens = {longest} tokens exceeds the policy's positions")
 
     # The Ray cluster of this allocation (a local one when run outside a job), and its actors.
