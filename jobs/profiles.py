@@ -15,7 +15,9 @@
       partition: debug
       containers: false      # no pyxis here: stages run in this Python environment
 
-A profile's values override the recipe's resources for the stage.
+A profile's values override the recipe's resources for the stage. Every value ends up in an sbatch
+script, so each is checked on load (types, ranges, no control characters, sbatch option names):
+a bad profile is one line and exit 2, never a traceback or a live line in a script.
 """
 from __future__ import annotations
 
@@ -26,9 +28,84 @@ from pathlib import Path
 
 import yaml
 
+from jobs import schema
 from jobs.errors import ExecutorError
 
 PROFILES_FILE = "~/.config/jobs/profiles.yaml"
+
+#: sbatch's long options, from `sbatch --help` and `sbatch --usage` of Slurm 22.05.8 (Debian 12's
+#: slurm-client; `sbatch --help | grep -oE -- '--[a-z][a-z-]*'`). Written out so that a profile is
+#: checked the same way on a machine without Slurm. An `sbatch:` key outside it is refused.
+SBATCH_OPTIONS = frozenset("""
+account array bb bbf begin chdir cluster-constraint clusters comment constraint container contiguous
+core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot dependency
+distribution error exclude exclusive export export-file extra-node-info get-user-env gid gpu-bind
+gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres gres-flags help hold ignore-pbs input
+job-name licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus network
+nice no-kill no-requeue nodefile nodelist nodes ntasks ntasks-per-core ntasks-per-node
+ntasks-per-socket output overcommit oversubscribe parsable partition power priority profile propagate
+qos quiet reboot requeue reservation signal sockets-per-node spread-job switches thread-spec
+threads-per-core time time-min tmp uid usage use-min-nodes verbose version wait wckey wrap
+""".split())
+#: Options the executor sets itself, or that would stop the script from being a batch job.
+SBATCH_OWNED = frozenset("array dependency error help input output parsable usage version wait wrap".split())
+
+_MOUNT = r"[^,:]+:/[^,:]*(:[A-Za-z0-9+=_-]+)?"   # pyxis SRC:DST[:FLAGS], one per item (a comma splits mounts)
+_NAME = r"[A-Za-z0-9_.,+-]+"                     # partition (or a comma list), account, qos
+
+
+def _sbatch_extra(value: dict) -> str | None:
+    """`sbatch:` keys must be sbatch's long options (mail-type or mail_type), values scalars."""
+    for key, v in value.items():
+        flag = str(key).replace("_", "-")
+        if not isinstance(key, str) or flag not in SBATCH_OPTIONS:
+            return f"key {key!r} is not an sbatch option (see `sbatch --help`; e.g. mail-type, reservation)"
+        if flag in SBATCH_OWNED:
+            return f"key {key!r} is set by the executor and cannot be given here"
+        problem = _sbatch_value_ok(v)
+        if problem:
+            return f"[{key}] {problem.removeprefix('value ')}"
+    return None
+
+
+def _sbatch_value_ok(v) -> str | None:
+    if isinstance(v, str):
+        return next(iter(schema.Str().problems(v, "value")), None)
+    if v is True or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+        return None
+    return f"must be a string, a number or true (got {v!r:.60})"
+
+
+#: What a profile may hold. Bounds are what no real cluster exceeds: beyond them a value is a typo.
+PROFILE = schema.Map({
+    "extends": schema.Str(required=False, null=True),
+    "partition": schema.Str(pattern=_NAME, required=False, null=True),
+    "account": schema.Str(pattern=_NAME, required=False, null=True),
+    "qos": schema.Str(pattern=_NAME, required=False, null=True),
+    "time": schema.Any(required=False, null=True),   # checked by minutes()
+    "nodes": schema.Int(1, 10_000, required=False, null=True),
+    "gpus_per_node": schema.Int(0, 64, required=False, null=True),
+    "cpus_per_task": schema.Int(1, 4096, required=False, null=True),
+    "mem_gb": schema.Float(0, 65_536, open_lo=True, required=False, null=True),
+    "constraint": schema.Str(empty=False, required=False, null=True),
+    "exclusive": schema.Bool(required=False, null=True),
+    "sbatch": schema.Map({}, extra=True, required=False, null=True, check=_sbatch_extra),
+    "srun_args": schema.List(schema.Str(), required=False, null=True),
+    "container_mounts": schema.List(schema.Str(check=lambda v: None if re.fullmatch(_MOUNT, v) else
+                                               f"must be SRC:DST[:FLAGS], DST absolute, no comma (got {v!r:.60})"),
+                                    required=False, null=True),
+    "containers": schema.Bool(required=False),
+    "store": schema.Str(empty=False, required=False, null=True),
+})
+
+#: A stage's `resources` in recipe.yaml: the same quantities, with the same bounds.
+RESOURCES = schema.Map({
+    "nodes": PROFILE.keys["nodes"], "gpus_per_node": PROFILE.keys["gpus_per_node"],
+    "cpus_per_task": PROFILE.keys["cpus_per_task"], "mem_gb": PROFILE.keys["mem_gb"],
+    "time_min": schema.Int(1, 525_600, required=False),          # a year
+    "signal_delay_s": schema.Int(1, 3_600, required=False),
+})
+MAX_MINUTES = 525_600
 
 
 @dataclass(frozen=True)
@@ -58,51 +135,87 @@ def profiles_path() -> Path:
     return Path(os.environ.get("JOBS_PROFILES", PROFILES_FILE)).expanduser()
 
 
-def load(name: str | None) -> Profile:
-    """The named profile (with `extends` applied); no name and no file give an empty default."""
-    path = profiles_path()
-    raw = yaml.safe_load(path.read_text()) if path.is_file() else {}
+def _read(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ExecutorError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or 'cannot parse'}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ExecutorError(f"{path}: cannot read it ({e})") from None
     raw = raw or {}
     if not isinstance(raw, dict):
         raise ExecutorError(f"{path}: expected a mapping of profile names")
+    return raw
+
+
+def load(name: str | None) -> Profile:
+    """The named profile (with `extends` applied); no name and no file give an empty default."""
+    path = profiles_path()
+    raw = _read(path)
     if name is None:
         name = "default"
         if name not in raw:
             return Profile()
     if name not in raw:
-        known = ", ".join(sorted(raw)) or "none"
+        known = ", ".join(sorted(map(str, raw))) or "none"
         raise ExecutorError(f"no profile {name!r} in {path} (profiles: {known})")
     merged: dict = {}
     chain, cur = [], name
     while cur is not None:
         if cur in chain:
             raise ExecutorError(f"{path}: profile {name!r} extends itself through {' -> '.join(chain)}")
-        if cur not in raw:
+        if not isinstance(cur, str) or cur not in raw:
             raise ExecutorError(f"{path}: profile {chain[-1]!r} extends unknown profile {cur!r}")
+        if not isinstance(raw[cur] or {}, dict):
+            raise ExecutorError(f"{path}: profile {cur!r} must be a mapping of settings (got {raw[cur]!r:.60})")
         chain.append(cur)
         cur = (raw[cur] or {}).get("extends")
     for link in reversed(chain):
         merged.update({k: v for k, v in (raw[link] or {}).items() if k != "extends"})
-    unknown = sorted(set(merged) - KEYS)
+    unknown = sorted(str(k) for k in set(merged) - KEYS)
     if unknown:
         raise ExecutorError(f"{path}: profile {name!r} has unknown keys {unknown} (valid: {', '.join(sorted(KEYS))})")
-    if merged.get("time") is not None:
-        minutes(merged["time"])
+    problems = schema.check(merged, PROFILE, "")
+    if not problems and merged.get("time") is not None:
+        try:
+            minutes(merged["time"])
+        except ExecutorError as e:
+            problems.append(str(e))
+    if problems:
+        raise ExecutorError(f"{path}: profile {name!r}: " + "; ".join(problems))
+    for key in ("sbatch", "srun_args", "container_mounts"):
+        if merged.get(key) is None:
+            merged.pop(key, None)
     return Profile(name=name, **merged)
+
+
+def check_resources(resources: dict, where: str) -> None:
+    """A stage's recipe.yaml `resources`, checked before anything is recorded or rendered."""
+    problems = schema.check(resources, RESOURCES, "resources")
+    if problems:
+        raise ExecutorError(f"{where}: " + "; ".join(problems))
 
 
 _TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
 
 
 def minutes(value: str | int) -> int:
-    """Slurm's time formats -> whole minutes (rounded up, as Slurm does)."""
+    """Slurm's time formats -> whole minutes (rounded up, as Slurm does); at most a year."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ExecutorError(f"time {value!r:.60} is not a Slurm time (MM, HH:MM:SS, D-HH, D-HH:MM:SS)")
     if isinstance(value, int):
         if value <= 0:
             raise ExecutorError(f"time {value} must be positive")
+        if value > MAX_MINUTES:
+            raise ExecutorError(f"time {value} minutes is more than a year")
         return value
-    m = _TIME.match(str(value).strip())
-    if not m:
-        raise ExecutorError(f"time {value!r} is not a Slurm time (MM, HH:MM:SS, D-HH, D-HH:MM:SS)")
+    m = _TIME.match(value.strip())
+    if not m or len(value) > 20:
+        raise ExecutorError(f"time {value!r:.60} is not a Slurm time (MM, HH:MM:SS, D-HH, D-HH:MM:SS)")
     d, a, b, c = (int(x) if x else None for x in m.group("d", "a", "b", "c"))
     if d is not None:   # D-HH[:MM[:SS]]
         secs = d * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
@@ -114,4 +227,6 @@ def minutes(value: str | int) -> int:
         secs = a * 60
     if secs <= 0:
         raise ExecutorError(f"time {value!r} must be positive")
+    if secs > MAX_MINUTES * 60:
+        raise ExecutorError(f"time {value!r} is more than a year")
     return -(-secs // 60)

@@ -6,6 +6,7 @@ the `--test-only` validation and the real submission all render from the same di
 """
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -40,8 +41,12 @@ def image_for(stage: dict, target: SlurmTarget) -> containers.Image | None:
 
 def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, image: containers.Image | None,
                   code_root: Path = PROJECT_ROOT) -> dict:
-    """submitit SlurmExecutor parameters for one stage (a recorded run spec or a StagePlan as dict)."""
+    """submitit SlurmExecutor parameters for one stage (a recorded run spec or a StagePlan as dict).
+
+    Raises ExecutorError, in one line, for anything that must not reach a script: see check_script.
+    """
     res = stage.get("resources", {})
+    profiles.check_resources(res, f"stage {stage['recipe']}/{stage['stage']}")
     p = profile
 
     def pick(key: str, res_key: str | None = None):
@@ -79,7 +84,43 @@ def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, imag
     srun_args += [str(a) for a in p.srun_args]
     if srun_args:
         params["srun_args"] = srun_args
+    check_script(params, {"store path": store_root, "code path": code_root}, container=image is not None)
     return params
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def check_script(params: dict, paths: dict[str, Path], container: bool = False) -> None:
+    """Refuse what would change the script's meaning: a control character anywhere (a newline ends an
+    #SBATCH line and starts a live one), an extra key that is not an sbatch option, and, with a
+    container, a store or code path pyxis would split (',' separates mounts, ':' source from target).
+    Values themselves are shell-quoted by the renderer."""
+    for what, path in paths.items():
+        text = str(path)
+        if _CONTROL.search(text):
+            raise ExecutorError(f"{what} {text!r} has a control character; it would reach the sbatch script")
+        if container and ("," in text or ":" in text):
+            raise ExecutorError(f"{what} {text!r} holds ',' or ':', which pyxis --container-mounts cannot express")
+    for key, value in (params.get("additional_parameters") or {}).items():
+        flag = str(key).replace("_", "-")
+        if flag not in profiles.SBATCH_OPTIONS or flag in profiles.SBATCH_OWNED:
+            raise ExecutorError(f"extra sbatch key {key!r} is not an sbatch option this executor passes on "
+                                "(see `sbatch --help`)")
+
+    def walk(where: str, value) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{where}.{k}", k)
+                walk(f"{where}.{k}", v)
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(f"{where}[{i}]", v)
+        elif isinstance(value, str) and _CONTROL.search(value):
+            raise ExecutorError(f"{where} {value[:60]!r} has a control character; it would reach the sbatch script")
+
+    for key, value in params.items():
+        walk(key, value)
 
 
 def python_for(image: containers.Image | None) -> str:

@@ -94,3 +94,63 @@ def test_unpinned_images_are_refused_unless_allowed(tmp_path, monkeypatch):
     assert containers.resolve("b").reference == f"nvcr.io/nvidia/nemo@sha256:{'cd' * 32}"
     with pytest.raises(ExecutorError, match="not in"):
         containers.resolve("c")
+
+
+HOSTILE = [
+    ("store path", {}, {"store": Path("/lustre/st\nore")}, "store path"),
+    ("partition", {"partition": "debug\necho owned"}, {}, "control character"),
+    ("sbatch value", {"sbatch": {"comment": "x\n#SBATCH --uid=0"}}, {}, "control character"),
+    ("sbatch key", {"sbatch": {"comment\nrm -rf ~": "x"}}, {}, "not an sbatch option"),
+    ("unknown sbatch key", {"sbatch": {"nosuch": "x"}}, {}, "not an sbatch option"),
+    ("owned sbatch key", {"sbatch": {"output": "/tmp/x"}}, {}, "not an sbatch option"),
+    ("srun arg", {"srun_args": ["--cpu-bind=none\ntouch /tmp/owned"]}, {}, "control character"),
+    ("container mount", {"container_mounts": ["/a:/a\r"]}, {"image": IMAGE}, "control character"),
+    ("comma in a mounted store", {}, {"store": Path("/lustre/a,b"), "image": IMAGE}, "pyxis"),
+    ("job name", {}, {"stage": {**STAGE, "stage": "rl\nid"}}, "control character"),
+    ("bad resources", {}, {"stage": {**STAGE, "resources": {"nodes": "abc"}}}, "nodes must be an integer"),
+    ("absurd resources", {}, {"stage": {**STAGE, "resources": {"mem_gb": 1e30}}}, "mem_gb must be a number"),
+]
+
+
+@pytest.mark.parametrize("profile_kw,where,message", [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
+def test_nothing_with_a_control_character_or_unknown_key_reaches_a_script(profile_kw, where, message):
+    with pytest.raises(ExecutorError, match=message) as e:
+        sbatch_params(where.get("stage", STAGE), profiles.Profile(**profile_kw), where.get("store", Path("/lustre/store")),
+                      where.get("image"), code_root=Path("/home/u/jobs"))
+    assert "\n" not in str(e.value)
+
+
+BAD_PROFILES = [
+    ("nodes: abc", "nodes must be an integer"),
+    ("nodes: -1", "nodes must be an integer"),
+    ("gpus_per_node: 1000000", "gpus_per_node must be an integer"),
+    ("mem_gb: .inf", "mem_gb must be a number"),
+    ("time: '99999-00'", "more than a year"),
+    ("exclusive: 'yes'", "exclusive must be true or false"),
+    ("sbatch: {nosuch: 1}", "not an sbatch option"),
+    ("sbatch: {wrap: 'rm -rf /'}", "set by the executor"),
+    ("sbatch: {mail_type: [END]}", "must be a string"),
+    ("container_mounts: ['/a:/b,/etc:/etc']", "no comma"),
+    ('partition: "debug\\nid"', "control characters"),
+    ("srun_args: '--cpu-bind=none'", "must be a list"),
+]
+
+
+@pytest.mark.parametrize("body,message", BAD_PROFILES, ids=[b for b, _ in BAD_PROFILES])
+def test_bad_profile_values_are_one_line(tmp_path, monkeypatch, body, message):
+    f = tmp_path / "profiles.yaml"
+    f.write_text(f"p: {{{body}}}\n")
+    monkeypatch.setenv("JOBS_PROFILES", str(f))
+    with pytest.raises(ExecutorError, match=message) as e:
+        profiles.load("p")
+    assert "\n" not in str(e.value)
+
+
+def test_good_profile_with_sbatch_options_loads(tmp_path, monkeypatch):
+    f = tmp_path / "profiles.yaml"
+    f.write_text("p: {partition: debug, sbatch: {mail-type: END, mail_user: a@b.c, requeue: true}, "
+                 "container_mounts: ['/data:/data:ro'], srun_args: ['--cpu-bind=none']}\n")
+    monkeypatch.setenv("JOBS_PROFILES", str(f))
+    p = profiles.load("p")
+    text = rendered(STAGE, p, IMAGE)
+    assert "#SBATCH --mail-user=a@b.c" in text and "#SBATCH --requeue" in text and "/data:/data:ro" in text
