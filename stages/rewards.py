@@ -1,4 +1,6 @@
 """Rewards for RL: an exact-match verifier, or the rm stage's reward model; served by Ray actors.
+Also a math answer verifier (`math_verify`: the final answer of a worked solution against the
+reference), used by eval's `verifier: math`.
 
 Both score (prompt, response text, reference answer) triples; the verifier reads the answer, the
 reward model ignores it. Verifier rewards are 1.0 / 0.0; reward-model rewards are its raw scores
@@ -6,6 +8,8 @@ reward model ignores it. Verifier rewards are 1.0 / 0.0; reward-model rewards ar
 """
 from __future__ import annotations
 
+import re
+from fractions import Fraction
 from pathlib import Path
 
 KINDS = ("verifier", "reward_model")
@@ -14,6 +18,88 @@ KINDS = ("verifier", "reward_model")
 def verify(response: str, answer: str) -> float:
     """1.0 when the response, stripped, is exactly the answer."""
     return float(response.strip() == answer)
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|[-+]?\.\d+")
+
+
+def _last_boxed(text: str) -> str | None:
+    """The contents of the last \\boxed{...} (or \\fbox{...}), braces balanced; `\\boxed 5` too;
+    None if absent or never closed."""
+    found = list(re.finditer(r"\\(?:boxed|fbox)\s*", text))
+    if not found:
+        return None
+    i = found[-1].end()
+    if not text.startswith("{", i):
+        rest = text[i:].split()
+        return rest[0].rstrip(".$") if rest else None
+    depth = 0
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1:j]
+    return None
+
+
+def extract_answer(response: str) -> str | None:
+    """The final answer of a response: the last \\boxed{...}, else the last number; None if neither."""
+    boxed = _last_boxed(response)
+    if boxed is not None:
+        return boxed
+    if re.search(r"\\(?:boxed|fbox)", response):
+        return None                      # a box that never closes: the response was cut off
+    numbers = _NUMBER.findall(response)
+    return numbers[-1] if numbers else None
+
+
+def _frac(m: re.Match) -> str:
+    return f"({m.group(1)})/({m.group(2)})"
+
+
+def normalize_answer(text: str) -> str:
+    """A canonical string for an answer: LaTeX wrappers, units of spacing, $, thousands separators
+    and a trailing period removed; \\frac{a}{b} -> a/b; numbers in lowest terms ("0.50", "1/2",
+    "\\frac{2}{4}" -> "1/2", "5.0" -> "5")."""
+    t = text.strip()
+    for wrapper in ("\\text", "\\textbf", "\\mathrm", "\\mbox"):
+        t = re.sub(re.escape(wrapper) + r"\{([^{}]*)\}", r"\1", t)
+    t = re.sub(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}", _frac, t)
+    t = re.sub(r"\\[dt]?frac(\d)(\d)", r"\1/\2", t)              # \frac12
+    t = t.replace("\\left", "").replace("\\right", "").replace("\\!", "").replace("\\,", "")
+    t = t.replace("^\\circ", "").replace("^{\\circ}", "").replace("\\%", "").replace("%", "")
+    t = t.replace("\\$", "").replace("$", "")
+    t = re.sub(r"\s+", "", t).rstrip(".")
+    if "=" in t:                                              # "x=5" -> "5"
+        t = t.rsplit("=", 1)[1]
+    t = re.sub(r"(?<=\d),(?=\d{3}\b)", "", t.replace("{,}", ","))                # 1,000 -> 1000
+    number = _as_number(t)
+    if number is not None:
+        return str(number)
+    return t
+
+
+def _as_number(t: str) -> Fraction | None:
+    """t as an exact rational (5, -2.50, 3/4, (3)/(4)); None when it is not one plain number."""
+    m = re.fullmatch(r"\(?([-+]?\d*\.?\d+)\)?(?:/\(?([-+]?\d*\.?\d+)\)?)?", t)
+    if not m:
+        return None
+    try:
+        value = Fraction(m.group(1)) / (Fraction(m.group(2)) if m.group(2) else 1)
+    except ZeroDivisionError:
+        return None
+    return value
+
+
+def math_verify(response: str, answer: str) -> float:
+    """1.0 when the response's final answer (last \\boxed{}, else last number) equals the reference
+    answer after normalisation (numbers compared exactly as fractions, other text as canonical
+    strings); 0.0 otherwise, also when the response has no answer."""
+    got = extract_answer(response)
+    if got is None:
+        return 0.0
+    boxed = _last_boxed(answer)
+    want = normalize_answer(boxed if boxed is not None else answer)
+    return float(normalize_answer(got) == want and want != "")
 
 
 class RewardWorker:
