@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 
-from lineage.errors import LineageError
+from lineage.errors import LineageError, show_path
 from lineage.store import Store
 
 OPENLINEAGE_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent"
@@ -42,17 +43,33 @@ def _cache_put(cache: Path, md5: str, data_from: Path | None = None, data: bytes
     os.replace(tmp, obj)
 
 
+EXPORT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
 def export_dvc(store: Store, art_id: str, repo: Path, name: str | None = None) -> Path:
-    """Put the artifact at repo/<name> with repo/<name>.dvc and DVC cache objects; returns the .dvc path."""
-    if not (repo / ".dvc").is_dir():
-        raise LineageError(f"{repo} is not a DVC repository (run `git init && dvc init` there first)")
+    """Put the artifact at repo/<name> with repo/<name>.dvc and DVC cache objects; returns the .dvc path.
+
+    `name` is one folder name (letters, digits, `_.-`), so nothing is written outside `repo`, and
+    nothing is written through a link.
+    """
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise LineageError(f"--dvc {show_path(repo)}: no such folder (run `git init && dvc init` in a folder first)")
+    if not (repo / ".dvc").is_dir() or (repo / ".dvc").is_symlink():
+        raise LineageError(f"{show_path(repo)} is not a DVC repository (run `git init && dvc init` there first)")
+    if name is not None and (not EXPORT_NAME.match(name) or ".." in name):
+        raise LineageError(f"bad --name {show_path(name)!r}: one folder name of letters, digits and _.- "
+                           "(it is created inside the DVC repository)")
     record = store.artifact(art_id)
     src = Path(record["path"])
     store.verify(art_id)  # never export bytes that no longer match the record
     name = name or (record.get("name") or art_id).replace("/", "-")
     dest = repo / name
-    if dest.exists():
-        raise LineageError(f"{dest} exists already: pass another --name or remove it")
+    for target in (dest, repo / f"{name}.dvc"):
+        if os.path.lexists(target):
+            raise LineageError(f"{show_path(target)} exists already: pass another --name or remove it")
+    if (repo / ".gitignore").is_symlink() or (repo / ".dvc" / "cache").is_symlink():
+        raise LineageError(f"{show_path(repo)}: .gitignore or .dvc/cache is a symbolic link; refusing to write through it")
     cache = repo / ".dvc" / "cache"
     entries = []
     for e in record["manifest"]:

@@ -15,19 +15,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lineage import refs
-from lineage.errors import Corrupt
+from lineage.errors import LineageError
+from lineage.records import read_kind
 from lineage.store import Store
 
 
 def verify_all(store: Store) -> list[tuple[str, str | None]]:
-    """(artifact ID, problem or None) for every artifact in the store."""
-    results = []
-    for row in store.index().artifacts():
+    """(artifact ID or damaged file, problem or None) for every artifact, and every damaged record.
+
+    It reads the record files themselves, not the index, so one damaged record is a finding here
+    rather than the error that stops every other command.
+    """
+    results: list[tuple[str, str | None]] = []
+    records = store.records
+    for kind in ("run", "event", "location"):
+        depth = "*/*.json" if kind == "run" else "*/*/*.json"
+        for path in sorted((records / kind).glob(depth)):
+            if path.name.startswith("."):
+                continue
+            try:
+                read_kind(path, kind)
+            except LineageError as e:
+                results.append((str(path), str(e)))
+    for path in sorted(store.refs.rglob("v*.json")) if store.refs.is_dir() else []:
         try:
-            store.verify(row["id"])
-            results.append((row["id"], None))
-        except Corrupt as e:
-            results.append((row["id"], str(e)))
+            refs.read(path)
+        except LineageError as e:
+            results.append((str(path), str(e)))
+    for path in sorted((records / "artifact").glob("*/*.json")):
+        if path.name.startswith("."):
+            continue
+        try:
+            store.verify(path.stem)
+            results.append((path.stem, None))
+        except LineageError as e:  # Corrupt files, a Damaged record, or a file name that is no artifact ID
+            results.append((path.stem, str(e)))
     return results
 
 
@@ -44,15 +66,12 @@ def kept(store: Store) -> dict[str, str]:
     """Artifact ID -> why it is kept."""
     idx = store.index()
     why: dict[str, str] = {}
-    for (name,) in idx.db.execute("SELECT DISTINCT name FROM refs"):
+    for name in idx.named():
         why.setdefault(refs.resolve(store.refs, f"{name}:latest"), f"{name}:latest")
-    for run, art in idx.db.execute("SELECT run, artifact FROM edges WHERE direction='in'"):
+    for run, art in idx.edges("in"):
         why.setdefault(art, f"input of run {run}")
-    latest_pin: dict[str, bool] = {}
-    for run, body in idx.db.execute("SELECT run, body FROM events WHERE kind='pin' ORDER BY time, id"):
-        latest_pin[run] = json.loads(body)["pinned"]
-    pinned = {r for r, p in latest_pin.items() if p}
-    for run, art in idx.db.execute("SELECT run, artifact FROM edges WHERE direction='out'"):
+    pinned = idx.pinned_runs()
+    for run, art in idx.edges("out"):
         if run in pinned:
             why.setdefault(art, f"output of pinned run {run}")
     for row in idx.runs():
@@ -74,27 +93,31 @@ def candidates(store: Store, older_than_days: float) -> list[Candidate]:
 
 
 def collect(store: Store, victims: list[Candidate]) -> int:
-    """Delete the artifacts' files and records; returns bytes freed. The index forgets them too."""
+    """Delete the artifacts' files and records; returns bytes freed. The index forgets them too.
+
+    Only files inside the store are deleted; an artifact registered from elsewhere loses its record
+    but keeps its files. Links are never followed.
+    """
     freed = 0
     idx = store.index()
+    inside_root = os.path.realpath(store.root) + os.sep
     for c in victims:
         path = Path(c.path)
-        if path.exists() and _shared(store, c):
-            path = None  # another artifact record points at the same files: keep them
-        if path is not None and path.exists():
-            for dirpath, _, filenames in os.walk(path):
-                os.chmod(dirpath, os.stat(dirpath).st_mode | stat.S_IWUSR)
-            shutil.rmtree(path)
+        inside = os.path.realpath(path.parent).startswith(inside_root) and not path.is_symlink()
+        if not inside or (os.path.lexists(path) and idx.shares_path(c.id, c.path)):
+            path = None  # outside the store, or another artifact record points at the same files: keep them
+        if path is not None and os.path.lexists(path):
+            if path.is_dir():
+                for dirpath, _, _ in os.walk(path):
+                    os.chmod(dirpath, os.lstat(dirpath).st_mode | stat.S_IWUSR)
+                shutil.rmtree(path)
+            else:
+                path.unlink()
         (store.records / "artifact" / c.id[4:6] / f"{c.id}.json").unlink(missing_ok=True)
-        with idx.db:
-            idx.db.execute("DELETE FROM artifacts WHERE id=?", (c.id,))
+        shutil.rmtree(store.records / "location" / c.id[4:6] / c.id, ignore_errors=True)
+        idx.forget_artifact(c.id)
         freed += c.size
     return freed
-
-
-def _shared(store: Store, c: Candidate) -> bool:
-    idx = store.index()
-    return idx.db.execute("SELECT count(*) FROM artifacts WHERE path=? AND id != ?", (c.path, c.id)).fetchone()[0] > 0
 
 
 @dataclass

@@ -3,7 +3,7 @@
 A manifest lists every file of a directory as (path, size, digest, mode), sorted by path. The
 artifact ID is the SHA-256 of that manifest's canonical JSON, so identical content has one ID
 wherever it lives. Files are hashed in parallel threads (hashlib releases the GIL on large
-buffers), and a stat cache keyed by (device, inode, size, mtime) skips files that did not change.
+buffers), and a stat cache keyed by (device, inode, size, mtime, ctime) skips files that did not change.
 """
 from __future__ import annotations
 
@@ -52,8 +52,13 @@ def hash_bytes(data: bytes) -> Digest:
 
 
 def hash_file(path: Path) -> Digest:
+    """SHA-256 of a regular file. Opened without following a link and without blocking, so a FIFO
+    or link swapped in after the walk is refused instead of hanging or reading outside."""
     h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb", buffering=0) as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, f"{path} is no longer a regular file")
         buf = bytearray(CHUNK)
         view = memoryview(buf)
         while n := f.readinto(buf):
@@ -67,63 +72,121 @@ def normal_mode(st_mode: int) -> int:
 
 
 class StatCache:
-    """(device, inode, size, mtime_ns) -> digest, in a small SQLite file beside the store.
+    """(device, inode, size, mtime_ns, ctime_ns) -> digest, in a small SQLite file in the per-host cache.
 
-    It is a cache, never the truth: losing it only costs re-reading files.
+    The ctime is in the key because no user can set it back: an edit that keeps the size and restores
+    the mtime (`touch -d`) still moves the ctime, so it is re-hashed. It is a cache, never the truth:
+    a missing, unwritable or garbage cache file only costs re-reading files.
     """
 
     def __init__(self, path: Path | None):
         self._db = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, timeout=60, check_same_thread=False)
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS stat (dev INTEGER, ino INTEGER, size INTEGER,"
-                " mtime_ns INTEGER, digest TEXT, PRIMARY KEY (dev, ino))"
-            )
+            for attempt in range(2):
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    self._db = sqlite3.connect(path, timeout=60, check_same_thread=False)
+                    self._db.execute(
+                        "CREATE TABLE IF NOT EXISTS files (dev INTEGER, ino INTEGER, size INTEGER,"
+                        " mtime_ns INTEGER, ctime_ns INTEGER, digest TEXT, PRIMARY KEY (dev, ino))")
+                    break
+                except sqlite3.DatabaseError:  # garbage in the file: it is only a cache, start over
+                    self.close()
+                    if attempt == 0:
+                        path.unlink(missing_ok=True)
+                except OSError:
+                    self.close()
+                    break
 
     def get(self, st: os.stat_result) -> str | None:
         if self._db is None:
             return None
-        row = self._db.execute(
-            "SELECT digest FROM stat WHERE dev=? AND ino=? AND size=? AND mtime_ns=?",
-            (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns),
-        ).fetchone()
+        try:
+            row = self._db.execute(
+                "SELECT digest FROM files WHERE dev=? AND ino=? AND size=? AND mtime_ns=? AND ctime_ns=?",
+                (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns),
+            ).fetchone()
+        except sqlite3.Error:
+            return None
         return row[0] if row else None
 
     def put_many(self, rows: list[tuple[os.stat_result, str]]) -> None:
         if self._db is None or not rows:
             return
-        with self._db:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO stat VALUES (?, ?, ?, ?, ?)",
-                [(s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, d) for s, d in rows],
-            )
+        try:
+            with self._db:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)",
+                    [(s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns, d) for s, d in rows],
+                )
+        except sqlite3.Error:  # read-only or full cache folder: the digests are simply not remembered
+            pass
 
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
+            self._db = None
 
 
-def _walk(root: Path) -> list[tuple[str, Path, os.stat_result]]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in filenames:
-            full = Path(dirpath) / name
-            st = full.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                raise ValueError(f"{full}: symbolic links are not allowed in an artifact")
-            found.append((full.relative_to(root).as_posix(), full, st))
-    return found
+def scan(root: Path) -> tuple[list[tuple[str, Path, os.stat_result]], list[str]]:
+    """Every regular file under `root` as (relative path, path, lstat), and what is not allowed.
 
+    Nothing is followed or opened: each entry is lstat-ed, so a symbolic link (to a file or a
+    folder), a FIFO, a socket or a device is reported, never read, and a hard link whose other name
+    lies outside `root` is reported when making it read-only would change that outside file too.
+    """
+    from lineage.errors import show_path
 
-def manifest(root: Path, cache: StatCache | None = None, workers: int | None = None) -> list[dict]:
-    """The sorted manifest of every file under `root` (a single file is its own one-entry manifest)."""
-    if root.is_file():
-        files = [(root.name, root, root.stat())]
+    files: list[tuple[str, Path, os.stat_result]] = []
+    problems: list[str] = []
+
+    def special(p: Path, st: os.stat_result) -> str:
+        kind = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        return f"{show_path(p)} is {kind}"
+
+    st = root.lstat()
+    if stat.S_ISREG(st.st_mode):
+        files.append((root.name, root, st))
+    elif not stat.S_ISDIR(st.st_mode):
+        problems.append(special(root, st))
     else:
-        files = _walk(root)
+        stack = [root]
+        while stack:
+            folder = stack.pop()
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+            for entry in entries:
+                full = Path(entry.path)
+                est = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(est.st_mode):
+                    stack.append(full)
+                elif stat.S_ISREG(est.st_mode):
+                    files.append((full.relative_to(root).as_posix(), full, est))
+                else:
+                    problems.append(special(full, est))
+    names: dict[tuple[int, int], int] = {}
+    for _, _, fst in files:
+        names[(fst.st_dev, fst.st_ino)] = names.get((fst.st_dev, fst.st_ino), 0) + 1
+    for _, full, fst in files:
+        writable = fst.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+        if writable and fst.st_nlink > names[(fst.st_dev, fst.st_ino)]:
+            problems.append(f"{show_path(full)} is a hard link to a file outside it (making it read-only "
+                            "would change that file too; copy it instead)")
+    return files, problems
+
+
+def manifest(root: Path, cache: StatCache | None = None, workers: int | None = None,
+             files: list[tuple[str, Path, os.stat_result]] | None = None) -> list[dict]:
+    """The sorted manifest of every file under `root` (a single file is its own one-entry manifest).
+
+    Refuses (ValueError) anything `scan` reports; pass `files` from an earlier scan to skip the walk.
+    """
+    if files is None:
+        files, problems = scan(root)
+        if problems:
+            raise ValueError(problems[0])
     cache = cache or StatCache(None)
     digests: dict[str, str] = {}
     todo = []

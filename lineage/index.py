@@ -1,22 +1,30 @@
 """A SQLite index over the record files, for listing and lineage queries.
 
-It is never the truth: `rebuild()` throws it away and reads every record again, and `sync()`
-reads only the record folders whose mtime changed since the last sync. Writers never touch it;
-readers update it under a file lock, so SQLite never has to lock over NFS. A folder modified in the
-last two seconds is not marked clean, so a record landing in the same mtime tick is not missed.
+It is never the truth: `rebuild()` throws it away (a garbage file included) and reads every record
+again, and `sync()` reads only the record folders whose mtime changed since the last sync. Writers
+never touch it; readers update it under a file lock. It lives in this host's cache folder (see
+lineage.store.cache_dir), never in the shared store, so SQLite never locks over NFS and read
+commands work on a read-only store; where no cache folder can be made it is built in memory.
+A folder modified in the last two seconds is not marked clean, so a record landing in the same
+mtime tick is not missed.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import re
 import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from lineage.records import read_record
+from lineage import refs
+from lineage.errors import Ambiguous, Damaged, LineageError, NotFound, show_path
+from lineage.records import read_kind
+
+RUN_PREFIX = re.compile(r"^[0-9a-f-]{1,36}$")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, recipe TEXT, stage TEXT, created REAL,
@@ -32,24 +40,47 @@ CREATE INDEX IF NOT EXISTS edges_artifact ON edges (artifact);
 CREATE TABLE IF NOT EXISTS refs (name TEXT, version INTEGER, artifact TEXT, run TEXT, time REAL,
     PRIMARY KEY (name, version));
 CREATE INDEX IF NOT EXISTS refs_artifact ON refs (artifact);
+CREATE TABLE IF NOT EXISTS locations (id TEXT PRIMARY KEY, artifact TEXT, path TEXT, time REAL);
+CREATE INDEX IF NOT EXISTS locations_artifact ON locations (artifact);
 CREATE TABLE IF NOT EXISTS folders (path TEXT PRIMARY KEY, mtime_ns INTEGER);
 """
 SETTLE_NS = 2_000_000_000
-VERSION = 3  # bump when SCHEMA changes: an index of another version is rebuilt
-TABLES = ("runs", "events", "artifacts", "edges", "refs", "folders")
+VERSION = 4  # bump when SCHEMA changes: an index of another version is rebuilt
+TABLES = ("runs", "events", "artifacts", "edges", "refs", "locations", "folders")
+# The newest location of an artifact: where its (healed) files are now.
+ART_PATH = ("COALESCE((SELECT l.path FROM locations l WHERE l.artifact = artifacts.id"
+            " ORDER BY l.time DESC, l.id DESC LIMIT 1), artifacts.path)")
 
 
 class Index:
     def __init__(self, store):
         self.store = store
-        self.path = store.root / "index.sqlite"
-        self.db = sqlite3.connect(self.path, timeout=60)
+        folder = store.cache
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            ok = os.access(folder, os.W_OK)
+        except OSError:
+            ok = False
+        self.path = folder / "index.sqlite" if ok else None
+        self.damaged: str | None = None
+        self._connect()
+
+    def _connect(self) -> None:
+        self.db = sqlite3.connect(self.path or ":memory:", timeout=60)
         self.db.row_factory = sqlite3.Row
+        try:
+            self.db.execute("PRAGMA user_version").fetchone()
+            self.damaged = None
+        except sqlite3.DatabaseError as e:
+            self.damaged = f"damaged index {show_path(self.path)}: {e} (it is only a cache: run `jobs index --rebuild`)"
 
     # ---- keeping it current --------------------------------------------------------------
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        with open(self.store.root / "index.lock", "a") as lock:
+        if self.path is None:  # in memory: this process is its only user
+            yield
+            return
+        with open(self.path.with_name("index.lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -57,19 +88,31 @@ class Index:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def rebuild(self) -> None:
+        """Read every record again; a garbage index file is replaced by a new one."""
         with self._locked():
+            if self.damaged:
+                self.db.close()
+                for suffix in ("", "-journal", "-wal", "-shm"):
+                    Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+                self._connect()
             self._drop()
+            self.db.execute(f"PRAGMA user_version = {VERSION}")
             self._sync_locked()
 
     def _drop(self) -> None:
         self.db.executescript("".join(f"DROP TABLE IF EXISTS {t};" for t in TABLES))
 
     def sync(self) -> None:
-        with self._locked():
-            if self.db.execute("PRAGMA user_version").fetchone()[0] != VERSION:
-                self._drop()
-                self.db.execute(f"PRAGMA user_version = {VERSION}")
-            self._sync_locked()
+        if self.damaged:
+            raise Damaged(self.damaged)
+        try:
+            with self._locked():
+                if self.db.execute("PRAGMA user_version").fetchone()[0] != VERSION:
+                    self._drop()
+                    self.db.execute(f"PRAGMA user_version = {VERSION}")
+                self._sync_locked()
+        except sqlite3.DatabaseError as e:
+            raise Damaged(f"damaged index {show_path(self.path)}: {e} (it is only a cache: run `jobs index --rebuild`)") from None
 
     def _sync_locked(self) -> None:
         self.db.executescript(SCHEMA)
@@ -118,6 +161,7 @@ class Index:
         scan(os.path.join(records, "run"), 1, self._add_run)
         scan(os.path.join(records, "artifact"), 1, self._add_artifact)
         scan(os.path.join(records, "event"), 2, self._add_event, guarded=1)
+        scan(os.path.join(records, "location"), 2, self._add_location, guarded=1)
         refs_root = str(self.store.refs)
         if os.path.isdir(refs_root) and not unchanged(refs_root, os.stat(refs_root)):
             for dirpath, dirnames, filenames in os.walk(refs_root):
@@ -136,7 +180,7 @@ class Index:
     def _add_run(self, path: Path) -> None:
         if self._exists("runs", "id=?", (path.stem,)):
             return
-        r = read_record(path)
+        r = read_kind(path, "run")
         self.db.execute(
             "INSERT INTO runs (id, recipe, stage, created, executor, state, state_time, state_event, run_key)"
             " VALUES (?, ?, ?, ?, ?, NULL, 0, '', ?)",
@@ -171,7 +215,7 @@ class Index:
     def _add_event(self, path: Path) -> None:
         if self._exists("events", "id=?", (path.stem,)):
             return
-        ev = read_record(path)
+        ev = read_kind(path, "event")
         self.db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
                         (ev["id"], ev["run"], ev["kind"], ev["time"], json.dumps(ev)))
         if ev["kind"] == "status":
@@ -186,16 +230,25 @@ class Index:
     def _add_artifact(self, path: Path) -> None:
         if self._exists("artifacts", "id=?", (path.stem,)):
             return
-        a = read_record(path)
+        a = read_kind(path, "artifact")
         self.db.execute("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (a["id"], a["kind"], a.get("name"), a["path"], a["size"], a.get("producer"), a["created"]))
 
+    def _add_location(self, path: Path) -> None:
+        if self._exists("locations", "id=?", (path.stem,)):
+            return
+        loc = read_kind(path, "location")
+        self.db.execute("INSERT INTO locations VALUES (?, ?, ?, ?)", (loc["id"], loc["artifact"], loc["path"], loc["time"]))
+
     def _add_ref(self, path: Path) -> None:
         name = path.parent.relative_to(self.store.refs).as_posix()
-        version = int(path.name[1:-5])
+        m = refs.VERSION_FILE.match(path.name)
+        if not m or not refs.NAME.match(name):
+            return  # not a ref version file: nothing resolves to it, so nothing indexes it
+        version = int(m[1])
         if self._exists("refs", "name=? AND version=?", (name, version)):
             return
-        r = read_record(path)
+        r = refs.read(path)
         self.db.execute("INSERT INTO refs VALUES (?, ?, ?, ?, ?)", (name, version, r["artifact"], r.get("run"), r["time"]))
 
     # ---- queries -------------------------------------------------------------------------
@@ -211,9 +264,14 @@ class Index:
         return self.db.execute(sql, args).fetchall()
 
     def resolve_run(self, prefix: str) -> str:
-        from lineage.errors import Ambiguous, NotFound
-
-        hits = [r[0] for r in self.db.execute("SELECT id FROM runs WHERE id LIKE ? LIMIT 2", (prefix + "%",))]
+        """A run ID, or a unique prefix of one (hex digits and dashes only: no wildcard reaches SQL)."""
+        if not RUN_PREFIX.match(prefix):
+            raise LineageError(f"bad run ID {show_path(prefix)!r}: give a run ID or its first characters "
+                               "(hex digits and '-', see `jobs list`)")
+        if self.db.execute("SELECT 1 FROM runs WHERE id=?", (prefix,)).fetchone():
+            return prefix
+        hits = [r[0] for r in self.db.execute(
+            "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT 2", (len(prefix), prefix))]
         if not hits:
             raise NotFound(f"no run {prefix} in {self.store.root} (see `jobs list`)")
         if len(hits) > 1:
@@ -221,11 +279,12 @@ class Index:
         return hits[0]
 
     def artifacts(self, recipe: str | None = None, kind: str | None = None) -> list[sqlite3.Row]:
-        sql, args = "SELECT * FROM artifacts WHERE 1=1", []
+        sql, args = f"SELECT id, kind, name, {ART_PATH} AS path, size, producer, created FROM artifacts WHERE 1=1", []
         if kind:
             sql, args = sql + " AND kind=?", args + [kind]
         if recipe:
-            sql, args = sql + " AND (name LIKE ? OR producer IN (SELECT id FROM runs WHERE recipe=?))", args + [recipe + "/%", recipe]
+            sql, args = (sql + " AND (substr(name, 1, ?) = ? OR producer IN (SELECT id FROM runs WHERE recipe=?))",
+                         args + [len(recipe) + 1, recipe + "/", recipe])
         return self.db.execute(sql + " ORDER BY created DESC", args).fetchall()
 
     def names_of(self, artifact: str) -> list[str]:
@@ -250,7 +309,32 @@ class Index:
     def run_row(self, run: str) -> sqlite3.Row | None:
         return self.db.execute("SELECT * FROM runs WHERE id=?", (run,)).fetchone()
 
+    # ---- what gc needs --------------------------------------------------------------------
+    def named(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT DISTINCT name FROM refs ORDER BY name")]
+
+    def edges(self, direction: str) -> list[tuple[str, str]]:
+        """(run, artifact) for every input ("in") or output ("out") edge."""
+        return [tuple(r) for r in self.db.execute("SELECT run, artifact FROM edges WHERE direction=?", (direction,))]
+
+    def pinned_runs(self) -> set[str]:
+        """Runs whose latest pin event pins them."""
+        latest: dict[str, bool] = {}
+        for run, body in self.db.execute("SELECT run, body FROM events WHERE kind='pin' ORDER BY time, id"):
+            latest[run] = json.loads(body)["pinned"]
+        return {r for r, p in latest.items() if p}
+
+    def forget_artifact(self, art_id: str) -> None:
+        with self._locked(), self.db:
+            self.db.execute("DELETE FROM artifacts WHERE id=?", (art_id,))
+            self.db.execute("DELETE FROM locations WHERE artifact=?", (art_id,))
+
+    def shares_path(self, art_id: str, path: str) -> bool:
+        """Another artifact's files are at `path` too."""
+        return self.db.execute(f"SELECT count(*) FROM artifacts WHERE {ART_PATH} = ? AND id != ?",
+                               (path, art_id)).fetchone()[0] > 0
+
     def dump(self) -> dict[str, list[tuple]]:
         """Every row of every table but `folders`, sorted: two indexes of one store compare equal."""
-        tables = ["runs", "events", "artifacts", "edges", "refs"]
+        tables = ["runs", "events", "artifacts", "edges", "refs", "locations"]
         return {t: sorted(tuple(r) for r in self.db.execute(f"SELECT * FROM {t}")) for t in tables}

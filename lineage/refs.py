@@ -11,24 +11,28 @@ import re
 import time
 from pathlib import Path
 
-from lineage.errors import LineageError, NotFound
-from lineage.records import read_record, write_record
+from lineage.errors import Damaged, LineageError, NotFound, show_path
+from lineage.records import read_kind, write_record
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$")
-ALIAS = re.compile(r"^(?P<name>[^:]+):(?P<tag>latest|v\d+)$")
+# The one grammar for artifact names and alias names: lowercase words joined by '/', each starting
+# with a letter or digit, so no absolute path, no `..`, nothing that leaves refs/.
+NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}(/[a-z0-9][a-z0-9_.-]{0,63}){0,7}$")
+ALIAS = re.compile(r"^(?P<name>[^:]+):(?P<tag>latest|v\d{1,9})$")
+VERSION_FILE = re.compile(r"^v(\d{6,9})\.json$")
+ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
 
 
 def check_name(name: str) -> str:
-    if not NAME.match(name):
-        raise LineageError(f"bad artifact name {name!r}: use lowercase words joined by '/', like tiny/sft/model")
+    if not isinstance(name, str) or not NAME.match(name) or ".." in name:
+        raise LineageError(f"bad artifact name {show_path(name)!r}: use lowercase words joined by '/', like tiny/sft/model")
     return name
 
 
 def versions(root: Path, name: str) -> list[int]:
-    folder = root / name
+    folder = root / check_name(name)
     if not folder.is_dir():
         return []
-    return sorted(int(p.name[1:-5]) for p in folder.iterdir() if p.name.startswith("v") and p.name.endswith(".json"))
+    return sorted(int(m[1]) for p in folder.iterdir() if (m := VERSION_FILE.match(p.name)))
 
 
 def add(root: Path, name: str, artifact: str, run: str | None) -> int:
@@ -43,11 +47,19 @@ def add(root: Path, name: str, artifact: str, run: str | None) -> int:
         version += 1
 
 
+def read(path: Path) -> dict:
+    """One ref version file, checked: a garbage ref is Damaged, naming the file."""
+    r = read_kind(path, "ref")
+    if not ART_ID.match(r["artifact"]):
+        raise Damaged(f"damaged store file {show_path(path)}: {r['artifact']!r} is not an artifact ID")
+    return r
+
+
 def resolve(root: Path, alias: str) -> str:
     """`name:vN` or `name:latest` -> artifact ID."""
     m = ALIAS.match(alias)
     if not m:
-        raise LineageError(f"bad alias {alias!r}: use NAME:vN or NAME:latest, e.g. tiny/data/sft:latest")
+        raise LineageError(f"bad alias {show_path(alias)!r}: use NAME:vN or NAME:latest, e.g. tiny/data/sft:latest")
     name, tag = m["name"], m["tag"]
     known = versions(root, name)
     if not known:
@@ -55,4 +67,4 @@ def resolve(root: Path, alias: str) -> str:
     version = known[-1] if tag == "latest" else int(tag[1:])
     if version not in known:
         raise NotFound(f"{name} has no version v{version}; latest is v{known[-1]}")
-    return read_record(root / name / f"v{version:06d}.json")["artifact"]
+    return read(root / name / f"v{version:06d}.json")["artifact"]

@@ -3,16 +3,35 @@
     <root>/records/run/<fan>/<run_id>.json        the run as submitted (immutable)
     <root>/records/event/<fan>/<run_id>/<event_id>.json   one change to a run: status, attempt, inputs, outputs...
     <root>/records/artifact/<fan>/<art_id>.json   kind, manifest, location, producer
+    <root>/records/location/<fan>/<art_id>/<id>.json   a later, verified copy of an artifact's files
     <root>/refs/<name>/v000001.json               artifact names, append-only
     <root>/runs/<run_id>/                         the run's folder: logs, outputs, checkpoints
-    <root>/index.sqlite                           a rebuildable index over records/ and refs/
-    <root>/cache/stat.sqlite                      digests of files already hashed
+and, per host and never in the shared store (SQLite locking is not safe on NFS or Lustre):
+    <cache>/index.sqlite, index.lock              a rebuildable index over records/ and refs/
+    <cache>/stat.sqlite                           digests of files already hashed
+where <cache> is $JOBS_CACHE_DIR (else $XDG_CACHE_HOME/jobs, else ~/.cache/jobs) / <hostname> /
+the first 16 hex digits of the SHA-256 of the store's real path.
 
 Records are never rewritten: a run's state is the fold of its events in time order.
+
+Healing. An artifact ID names content, so a re-run that produces the same bytes gets the same ID.
+If the files the artifact record points at no longer verify (tampered, half-deleted, gone), the
+re-registration appends a location record pointing at the new, verified copy instead of silently
+keeping the bad one; the artifact record itself stays as written. Readers (`artifact()`) take the
+newest location, so inputs, `:latest` and reproductions use the healed bytes from then on.
+
+Safety. Registration lstat-s every entry before it changes anything: a symbolic link, FIFO,
+socket, device, or a hard link to a writable file outside the artifact is refused in one line and
+nothing is made read-only; then files are made read-only through descriptors opened without
+following links. Verification never opens anything but regular files, so it cannot hang on a FIFO.
+Every record read is checked for its shape, and a damaged file is a `Damaged` error naming it.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import socket
 import stat
 import time
 from dataclasses import dataclass, field
@@ -20,12 +39,20 @@ from pathlib import Path
 from typing import Any
 
 from lineage import hashing, refs
-from lineage.errors import Ambiguous, Corrupt, LineageError, NotFound, StoreUnusable
+from lineage.errors import Ambiguous, Corrupt, Damaged, LineageError, NotFound, StoreUnusable, Unsafe, show_path
 from lineage.ids import fanout, uuid7
-from lineage.records import read_record, write_record
+from lineage.records import read_kind, read_record, write_record
 
 MARKER = "jobs-store.json"
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
+
+
+def cache_dir(root: Path) -> Path:
+    """This host's cache folder for the store at `root`: the index and the stat cache live here."""
+    base = os.environ.get("JOBS_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "jobs"
+    key = hashlib.sha256(os.path.realpath(root).encode()).hexdigest()[:16]
+    return Path(base) / socket.gethostname() / key
 
 
 @dataclass
@@ -83,7 +110,12 @@ class Store:
     # ---- opening -------------------------------------------------------------------------
     @classmethod
     def open(cls, root: Path | str, *, create: bool = False) -> "Store":
-        """Open a store; with `create`, make it if missing. Fails on a path that cannot be used."""
+        """Open a store; with `create`, make it if missing. Fails on a path that cannot be used.
+
+        Two first submits may create the same new store at once: the marker is written with an
+        exclusive link, a folder holding only another creator's half-written marker counts as empty,
+        and whoever loses the race opens the winner's store.
+        """
         store = cls(Path(root).expanduser())
         marker = store.root / MARKER
         if marker.exists():
@@ -97,10 +129,12 @@ class Store:
         parent = next((p for p in [store.root, *store.root.parents] if p.exists()), None)
         if parent is None or not os.access(parent, os.W_OK):
             raise StoreUnusable(f"store path {store.root} is not writable")
-        if store.root.exists() and any(store.root.iterdir()):
-            raise StoreUnusable(f"{store.root} is a non-empty folder that is not a jobs store")
         try:
             store.root.mkdir(parents=True, exist_ok=True)
+            foreign = [n for n in os.listdir(store.root) if n != MARKER and not n.startswith(f".{MARKER}.")]
+            # A creator writes the marker before anything else, so anything else without it is not ours.
+            if foreign and not marker.exists():
+                raise StoreUnusable(f"{store.root} is a non-empty folder that is not a jobs store")
             write_record(marker, {"format": 1, "created": time.time()}, exclusive=True)
         except PermissionError as e:
             raise StoreUnusable(f"store path {store.root} is not writable ({e.strerror})") from None
@@ -121,6 +155,13 @@ class Store:
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
 
+    @property
+    def cache(self) -> Path:
+        return cache_dir(self.root)
+
+    def stat_cache(self) -> hashing.StatCache:
+        return hashing.StatCache(self.cache / "stat.sqlite")
+
     # ---- runs ----------------------------------------------------------------------------
     def create_run(self, spec: dict) -> str:
         run_id = uuid7()
@@ -140,13 +181,13 @@ class Store:
         folder = self.records / "event" / fanout(run_id) / run_id
         if not folder.is_dir():
             return []
-        return [read_record(p) for p in folder.iterdir() if not p.name.startswith(".")]
+        return [read_kind(p, "event") for p in sorted(folder.iterdir()) if not p.name.startswith(".")]
 
     def run_spec(self, run_id: str) -> dict:
         path = self._path("run", run_id)
         if not path.exists():
             raise NotFound(f"no run {run_id} in {self.root}")
-        return read_record(path)
+        return read_kind(path, "run")
 
     def run(self, run_id: str) -> RunView:
         """The run's current view, read from its records (the index is not needed)."""
@@ -157,18 +198,27 @@ class Store:
                  metadata: dict | None = None) -> str:
         """Make `path` an immutable artifact in place and return its ID.
 
-        The files are made read-only, hashed, and only then is the record renamed into place: a
-        registration killed at any point leaves no record, so nothing half-made is ever visible.
+        Every entry is lstat-ed first and anything but plain files and folders is refused before a
+        single mode changes. Then the files are made read-only, hashed, and only then is the record
+        renamed into place: a registration killed at any point leaves no record, so nothing
+        half-made is ever visible. Content already registered whose recorded copy no longer
+        verifies is healed: a location record points the artifact at these new, verified files.
         """
         path = Path(path).absolute()
-        if not path.exists():
-            raise NotFound(f"cannot register {path}: it does not exist")
+        try:
+            path.lstat()
+        except FileNotFoundError:
+            raise NotFound(f"cannot register {show_path(path)}: it does not exist") from None
         if name:
             refs.check_name(name)
+        self._refuse_unsafe(path)
         make_read_only(path)
-        cache = hashing.StatCache(self.root / "cache" / "stat.sqlite")
+        files = self._refuse_unsafe(path)  # again: stats after the chmod, for the stat cache
+        cache = self.stat_cache()
         try:
-            entries = hashing.manifest(path, cache)
+            entries = hashing.manifest(path, cache, files=files)
+        except OSError as e:
+            raise Unsafe(f"cannot register {show_path(path)}: {e.strerror or e}") from None
         finally:
             cache.close()
         art_id = hashing.artifact_id(entries)
@@ -184,22 +234,61 @@ class Store:
             "metadata": metadata or {},
             "created": time.time(),
         }
-        write_record(self._path("artifact", art_id), record, exclusive=True)
+        if not write_record(self._path("artifact", art_id), record, exclusive=True):
+            try:
+                self.verify(art_id)
+            except Corrupt as e:
+                self._relocate(art_id, path, run, reason=str(e))
         if name:
             refs.add(self.refs, name, art_id, run)
         return art_id
 
+    def _refuse_unsafe(self, path: Path) -> list:
+        files, problems = hashing.scan(path)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise Unsafe(f"cannot register {show_path(path)}: {problems[0]}{more}; an artifact holds only "
+                         "plain files and folders")
+        return files
+
+    def _relocate(self, art_id: str, path: Path, run: str | None, reason: str) -> None:
+        """Append a location: the artifact's bytes now live at `path` (already hashed to `art_id`)."""
+        loc_id = uuid7()
+        file = self.records / "location" / fanout(art_id) / art_id / f"{loc_id}.json"
+        write_record(file, {"id": loc_id, "artifact": art_id, "path": str(path), "is_dir": path.is_dir(),
+                            "run": run, "time": time.time(), "healed": reason})
+        os.utime(file.parent.parent)  # as in add_event: the index skips fans with no new location
+
+    def locations(self, art_id: str) -> list[dict]:
+        """The artifact's later locations, oldest first (healed copies)."""
+        folder = self.records / "location" / fanout(art_id) / art_id
+        if not folder.is_dir():
+            return []
+        found = [read_kind(p, "location") for p in folder.iterdir() if not p.name.startswith(".")]
+        return sorted(found, key=lambda r: (r["time"], r["id"]))
+
     def artifact(self, art_id: str) -> dict:
+        """The artifact's record, with `path` at its newest verified location."""
+        if not ART_ID.match(art_id):
+            raise LineageError(f"bad artifact ID {art_id!r}: expected art_ and 64 hex digits")
         path = self._path("artifact", art_id)
-        if not path.exists():
+        if not os.path.lexists(path):
             raise NotFound(f"no artifact {art_id} in {self.root} (see `jobs artifacts`)")
-        return read_record(path)
+        record = read_kind(path, "artifact")
+        moved = self.locations(art_id)
+        if moved:
+            record = {**record, "path": moved[-1]["path"], "is_dir": moved[-1].get("is_dir", record.get("is_dir")),
+                      "first_path": record["path"]}
+        return record
 
     def resolve_artifact(self, text: str) -> str:
-        """A full ID, a unique ID prefix (`art_3f9c`), or an alias (`tiny/data/sft:latest`) -> full ID."""
+        """A full ID, a unique ID prefix (`art_3f9c`), or an alias (`tiny/data/sft:latest`) -> full ID.
+
+        It does not re-hash: use `resolve_verified` where the bytes are about to be used.
+        """
         if text.startswith("art_"):
             prefix = text
-            if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix[4:]):
+            if len(prefix) < 8 or len(prefix) > 68 or any(c not in "0123456789abcdef" for c in prefix[4:]):
                 raise LineageError(f"bad artifact ID {text!r}: expected art_ and at least 4 hex digits")
             folder = self.records / "artifact" / prefix[4:6]
             hits = sorted(p.stem for p in folder.glob(f"{prefix}*.json")) if folder.is_dir() else []
@@ -210,21 +299,49 @@ class Store:
             return hits[0]
         if ":" in text:
             return refs.resolve(self.refs, text)
-        raise LineageError(f"{text!r} is neither an artifact ID (art_…) nor an alias (name:latest, name:vN)")
+        raise LineageError(f"{show_path(text)!r} is neither an artifact ID (art_…) nor an alias (name:latest, name:vN)")
+
+    def resolve_verified(self, text: str) -> str:
+        """`resolve_artifact`, then `verify`: an alias never silently gives an artifact whose files changed."""
+        art_id = self.resolve_artifact(text)
+        try:
+            self.verify(art_id)
+        except Corrupt as e:
+            raise Corrupt(f"{text} is corrupt: {e}") from None
+        return art_id
 
     def verify(self, art_id: str) -> None:
-        """Re-hash the artifact's files; raise Corrupt naming every difference."""
+        """Re-hash the artifact's files; raise Corrupt (one line) naming the folder and the files that differ.
+
+        Unchanged files are taken from the stat cache, keyed on ctime too, so this is cheap to
+        call before every use. Nothing but regular files is ever opened.
+        """
         record = self.artifact(art_id)
         path = Path(record["path"])
-        if not path.exists():
-            raise Corrupt(f"{art_id}: its files at {path} are gone")
-        now = {e["path"]: e for e in hashing.manifest(path)}
+        hint = f"; re-run its producer {record['producer']} to heal it" if record.get("producer") else ""
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            raise Corrupt(f"{art_id}: its files at {show_path(path)} are gone{hint}") from None
+        if bool(record.get("is_dir", True)) != stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            raise Corrupt(f"{art_id}: {show_path(path)} is no longer a {'folder' if record.get('is_dir', True) else 'file'}{hint}")
+        files, unsafe = hashing.scan(path)
+        cache = self.stat_cache()
+        try:
+            now = {e["path"]: e for e in hashing.manifest(path, cache, files=files)}
+        except OSError as e:
+            raise Corrupt(f"{art_id} at {show_path(path)}: cannot read {show_path(e.filename or '')} "
+                          f"({e.strerror or e}){hint}") from None
+        finally:
+            cache.close()
         was = {e["path"]: e for e in record["manifest"]}
-        problems = [f"missing {p}" for p in sorted(was.keys() - now.keys())]
-        problems += [f"unexpected {p}" for p in sorted(now.keys() - was.keys())]
-        problems += [f"changed {p}" for p in sorted(was.keys() & now.keys()) if was[p] != now[p]]
+        problems = [show_path(u) for u in unsafe]
+        problems += [f"missing {show_path(p)}" for p in sorted(was.keys() - now.keys())]
+        problems += [f"unexpected {show_path(p)}" for p in sorted(now.keys() - was.keys())]
+        problems += [f"changed {show_path(p)}" for p in sorted(was.keys() & now.keys()) if was[p] != now[p]]
         if problems:
-            raise Corrupt(f"{art_id} at {path}: " + ", ".join(problems))
+            shown = ", ".join(problems[:5]) + (f", … {len(problems) - 5} more" if len(problems) > 5 else "")
+            raise Corrupt(f"{art_id} at {show_path(path)}: {shown}{hint}")
 
     # ---- index ---------------------------------------------------------------------------
     def index(self):
@@ -236,15 +353,42 @@ class Store:
 
 
 def make_read_only(path: Path) -> None:
-    """Drop write bits everywhere below `path`, files first, then folders bottom-up."""
-    def drop(p: Path) -> None:
-        mode = p.lstat().st_mode
-        p.chmod(stat.S_IMODE(mode) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    """Drop write bits everywhere below `path`, files first, then folders bottom-up.
 
-    if path.is_file():
-        drop(path)
-        return
-    for dirpath, dirnames, filenames in os.walk(path, topdown=False):
-        for name in filenames:
-            drop(Path(dirpath) / name)
-        drop(Path(dirpath))
+    Each entry is opened relative to its folder's descriptor without following links, and its
+    mode changed through that descriptor: a link or FIFO swapped in after the check is refused,
+    never followed, so nothing outside `path` can change mode.
+    """
+    def drop(fd: int) -> None:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            os.fchmod(fd, mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+    def entry(name, dir_fd: int | None, shown: Path) -> None:
+        try:
+            visit(name, dir_fd, shown)
+        except OSError as e:
+            raise Unsafe(f"cannot make {show_path(shown)} read-only: {e.strerror or e}") from None
+
+    def visit(name, dir_fd: int | None, shown: Path) -> None:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            try:
+                for child in sorted(os.listdir(fd)):
+                    entry(child, fd, shown / child)
+                drop(fd)
+            finally:
+                os.close(fd)
+        elif stat.S_ISREG(st.st_mode):
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise Unsafe(f"cannot register: {show_path(shown)} changed while it was registered")
+                drop(fd)
+            finally:
+                os.close(fd)
+        else:
+            raise Unsafe(f"cannot register: {show_path(shown)} is not a plain file or folder")
+
+    entry(str(path), None, path)

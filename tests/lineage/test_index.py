@@ -35,6 +35,6 @@ def test_sync_without_changes_writes_nothing(tmp_path):
         if folder.is_dir():
             os.utime(folder, (1, 1))  # older than the settle window
     store.index()
-    before = (store.root / "index.sqlite").read_bytes()
+    before = (store.cache / "index.sqlite").read_bytes()
     store.index()
-    assert (store.root / "index.sqlite").read_bytes() == before
+    assert (store.cache / "index.sqlite").read_bytes() == before
