@@ -165,11 +165,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from jobs import show
+    from lineage.errors import Corrupt
 
     store = open_store(args)
     idx = store.index()
     if args.id.startswith("art_") or ":" in args.id:
-        show.print_artifact(store, idx, store.resolve_artifact(args.id))
+        art = store.resolve_artifact(args.id)
+        show.print_artifact(store, idx, art)
+        try:  # never show an artifact, `:latest` above all, as usable without saying its files changed
+            store.verify(art)
+            print("verified  ok")
+        except Corrupt as e:
+            print(f"verified  CORRUPT {e}")
     else:
         show.print_run(store, idx, idx.resolve_run(args.id))
     return 0
@@ -195,29 +202,35 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     import time
 
+    from lineage.index import Index
+
     store = open_store(args)
     t0 = time.perf_counter()
+    idx = Index(store)
     if args.rebuild:
-        from lineage.index import Index
-
-        Index(store).rebuild()
+        idx.rebuild()  # replaces a garbage index file too
     else:
-        store.index()
-    print(f"index {'rebuilt' if args.rebuild else 'synced'} in {time.perf_counter() - t0:.2f} s: {store.root / 'index.sqlite'}")
+        idx.sync()
+    where = idx.path or "memory (no writable cache folder)"
+    print(f"index {'rebuilt' if args.rebuild else 'synced'} in {time.perf_counter() - t0:.2f} s: {where}")
     return 0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from jobs.reproduce import reproduce
 
-    store = open_store(args, create=True)
+    store = open_store(args)
     run_id = store.index().resolve_run(args.run)
+    store.ensure_writable()
     new_id, cmp = reproduce(store, run_id, args.allow_env_drift)
     if cmp.identical:
         print(f"reproduced bit for bit: {new_id} has the same outputs as {run_id}: "
               + " ".join(f"{n}={a[:16]}" for n, (a, _) in cmp.outputs.items()))
         return 0
-    print(f"NOT reproduced: {new_id} differs from {run_id}")
+    print(f"NOT reproduced: {new_id} differs from {run_id}" if not cmp.corrupt else
+          f"NOT reproduced: the outputs of {new_id} or {run_id} do not verify")
+    for problem in cmp.corrupt:
+        print(f"  CORRUPT {problem}")
     for name, (a, b) in cmp.outputs.items():
         if a != b:
             print(f"  output {name}: {a} -> {b}")
@@ -240,17 +253,18 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from jobs.errors import JobsError
+    from lineage.errors import Corrupt, Damaged
     from lineage.gc import verify_all
 
     store = open_store(args)
     if args.all:
-        results = verify_all(store)
+        results = verify_all(store)  # damaged records are findings too
     elif args.id:
         art = store.resolve_artifact(args.id)
         try:
             store.verify(art)
             results = [(art, None)]
-        except Exception as e:  # Corrupt: reported below like --all
+        except (Corrupt, Damaged) as e:  # reported below like --all
             results = [(art, str(e))]
     else:
         raise JobsError("say what to verify: an artifact (art_… or NAME:latest) or --all")
@@ -265,6 +279,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from jobs.show import _size
     from lineage.gc import candidates, collect
 
+    import math
+
+    from jobs.errors import JobsError
+
+    if not math.isfinite(args.older_than) or args.older_than < 0:
+        raise JobsError(f"--older-than {args.older_than}: give a number of days, 0 or more")
     store = open_store(args)
     if args.keep_top_k is not None:
         return _gc_checkpoints(store, args)
@@ -349,15 +369,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     from lineage import exports
 
     store = open_store(args)
+    if args.name is not None and not args.dvc:
+        raise JobsError("--name goes with --dvc DIR")
+    if args.out is not None and not args.openlineage:
+        raise JobsError("--out goes with --openlineage")
     if args.dvc:
         dvc_file = exports.export_dvc(store, store.resolve_artifact(args.id), Path(args.dvc), args.name)
         print(f"wrote {dvc_file} (then: git add {dvc_file.name} .gitignore && dvc push)")
         return 0
     if args.openlineage:
+        out = Path(args.out) if args.out else None
+        if out is not None and (not out.parent.is_dir() or out.is_dir()):
+            raise JobsError(f"--out {out}: {'is a folder' if out.is_dir() else 'its folder does not exist'}")
         events = exports.openlineage_events(store, store.index().resolve_run(args.id))
         text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
-        if args.out:
-            Path(args.out).write_text(text)
+        if out is not None:
+            from lineage.records import atomic_write
+
+            atomic_write(out, text.encode())
             print(f"wrote {len(events)} OpenLineage event(s) to {args.out}")
         else:
             sys.stdout.write(text)
@@ -504,13 +533,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (JobsError, LineageError) as e:
-        sys.stderr.write(f"jobs: error: {e}\n")
+        sys.stderr.write(f"jobs: error: {_one_line(str(e))}\n")
+        return 2
+    except OSError as e:  # a file the command needs cannot be read or written (a read-only store...): name it
+        if isinstance(e, BrokenPipeError):
+            return 0
+        where = f": {e.filename}" if e.filename else ""
+        sys.stderr.write(f"jobs: error: {_one_line((e.strerror or str(e)) + str(where))}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("jobs: interrupted\n")
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _one_line(text: str) -> str:
+    """The CLI's promise is one line on stderr: a control character from a path or value is escaped."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ class Comparison:
     outputs: dict[str, tuple[str | None, str | None]]
     files: dict[str, list[str]] = field(default_factory=dict)
     metrics: dict[str, tuple] = field(default_factory=dict)
+    corrupt: list[str] = field(default_factory=list)  # outputs whose files no longer match their records
 
 
 def package_drift(was: dict, now: dict) -> list[str]:
@@ -51,9 +52,20 @@ def manifest_diff(store: Store, a: str | None, b: str | None) -> list[str]:
 
 
 def compare(store: Store, old: RunView, new: RunView) -> Comparison:
+    """Equal artifact IDs mean equal manifests; bit for bit also needs both sides' files to still
+    match those manifests, so every output of both runs is verified."""
+    from lineage.errors import LineageError
+
     names = sorted(set(old.outputs) | set(new.outputs))
     outputs = {n: (old.outputs.get(n), new.outputs.get(n)) for n in names}
-    cmp = Comparison(identical=all(a == b and a for a, b in outputs.values()), outputs=outputs)
+    corrupt = []
+    for art in sorted({a for pair in outputs.values() for a in pair if a}):
+        try:
+            store.verify(art)
+        except LineageError as e:  # Corrupt files or a Damaged record
+            corrupt.append(str(e))
+    cmp = Comparison(identical=not corrupt and all(a == b and a for a, b in outputs.values()), outputs=outputs,
+                     corrupt=corrupt)
     for n, (a, b) in outputs.items():
         if a != b:
             cmp.files[n] = manifest_diff(store, a, b)
