@@ -1,0 +1,62 @@
+"""Read a prep source: `hf://<dataset>` through `datasets.load_dataset`, or a local folder (or file)
+of JSONL / Parquet through the same library, so both give the same rows and the same order.
+
+A source is a mapping from the recipe: path, and optionally subset (the hub config name), split
+(default train), sample (first rows only). Heavy imports stay inside the functions.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+HF = "hf://"
+FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def path_problem(path, where: str) -> str | None:
+    """Why `path` cannot be a source (checked at submit), or None."""
+    if not isinstance(path, str) or not path:
+        return f"{where} must be hf://<dataset> or an absolute local path (got {path!r})"
+    if path.startswith(HF):
+        return None if len(path) > len(HF) else f"{where} names no dataset after hf://"
+    p = Path(path)
+    if not p.is_absolute():
+        return f"{where} {path!r} must be absolute (the job does not run in this folder) or hf://<dataset>"
+    if not p.exists():
+        return f"{where} {path} does not exist"
+    try:
+        _local_files(p)
+    except ValueError as e:
+        return f"{where}: {e}"
+    return None
+
+
+def _local_files(p: Path) -> tuple[str, list[str]]:
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in FORMATS and f.is_file())
+    kinds = {FORMATS.get(f.suffix) for f in files}
+    if not files or None in kinds:
+        raise ValueError(f"{p} holds no .jsonl/.json/.parquet files")
+    if len(kinds) > 1:
+        raise ValueError(f"{p} mixes JSONL and Parquet files: give each format its own source")
+    return kinds.pop(), [str(f) for f in files]
+
+
+def load(source: dict, split: str | None = None):
+    """The source as a `datasets.Dataset` (rows in file order, or the hub's order)."""
+    import datasets
+
+    split = split or source.get("split") or "train"
+    path = source["path"]
+    if path.startswith(HF):
+        ds = datasets.load_dataset(path[len(HF):], source.get("subset"), split=split,
+                                   revision=source.get("revision"))
+    else:
+        kind, files = _local_files(Path(path))
+        ds = datasets.load_dataset(kind, data_files=files, split="train")
+    sample = source.get("sample")
+    if sample is not None and sample < len(ds):
+        ds = ds.select(range(int(sample)))
+    return ds
+
+
+def rows(source: dict, split: str | None = None) -> list[dict]:
+    return list(load(source, split))
