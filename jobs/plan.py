@@ -51,7 +51,9 @@ def parse_inputs(pairs: list[str]) -> dict[str, str]:
 
 def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[str],
               inputs: list[str], executor: str, check_modules: bool = True) -> Plan:
-    """`check_modules=False` (dry runs) renders stages whose code is not installed on this machine."""
+    """Every stage is imported and checked, dry runs included: stage modules import without GPU
+    libraries (tests/recipes/test_stage_contract.py), so a dry run that passes means a submit would.
+    `check_modules` is ignored (kept for callers that still pass it)."""
     from jobs.provenance import code_state, python_env
 
     recipe = recipes.load(recipe_name)
@@ -65,8 +67,6 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[st
 
     plans = []
     for spec in selected:
-        if check_modules and importlib.util.find_spec(spec.module) is None:
-            raise RecipeError(f"stage {recipe.name}/{spec.name}: module {spec.module} is not installed")
         resolved, upstream = {}, {}
         for inp in spec.inputs:
             given = explicit.get(f"{spec.name}.{inp.role}", explicit.get(inp.role))
@@ -84,7 +84,7 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[st
                         f"run `jobs submit {recipe.name} --stage {inp.stage}` first or pass --input {inp.role}=ART"
                     ) from None
         config = recipes.compose(recipe, spec.name, routed[spec.name])
-        _check_config(recipe.name, spec, config, check_modules)
+        _check_config(recipe.name, spec, config)
         plans.append(StagePlan(
             recipe=recipe.name, stage=spec.name, module=spec.module, config=config,
             inputs=resolved, upstream=upstream,
@@ -95,18 +95,32 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[st
     return Plan(recipe=recipe.name, executor=executor, stages=plans, code=code_state(), environment=python_env())
 
 
-def _check_config(recipe: str, spec, config: dict, check_modules: bool) -> None:
-    """A stage module may define `check_config(config) -> [problem, ...]`: bad values are refused
-    here, before anything is recorded, instead of failing minutes later inside the job."""
-    if not check_modules and importlib.util.find_spec(spec.module) is None:
-        return
-    check = getattr(importlib.import_module(spec.module), "check_config", None)
+def _check_config(recipe: str, spec, config: dict) -> None:
+    """The stage contract: the module imports, has `run(ctx)`, and its `check_config(config)` (given
+    `resources=` too when it takes them) finds no problem. Bad values are refused here, before
+    anything is recorded, instead of failing inside the job after a queue wait."""
+    import inspect
+
+    where = f"{recipe}/{spec.name}"
     try:
-        problems = check(config) if check else []
-    except (KeyError, TypeError) as e:  # a section or key the stage needs was removed or retyped
+        module = importlib.import_module(spec.module)
+    except ImportError as e:
+        raise RecipeError(f"{where}: module {spec.module} cannot be imported here ({type(e).__name__}: {e})") from None
+    if not callable(getattr(module, "run", None)):
+        raise RecipeError(f"{where}: module {spec.module} has no run(ctx)")
+    check = getattr(module, "check_config", None)
+    try:
+        if check is None:
+            problems = []
+        elif "resources" in inspect.signature(check).parameters:
+            problems = check(config, resources=dict(spec.resources))
+        else:
+            problems = check(config)
+    except (KeyError, TypeError, AttributeError) as e:  # a section or key the stage needs was removed or retyped
         problems = [f"the config lacks or mistypes {e}"]
     if problems:
-        raise RecipeError(f"{recipe}/{spec.name}: " + "; ".join(problems))
+        text = "; ".join(" ".join(str(p).split()) for p in problems)
+        raise RecipeError(f"{where}: {text}")
 
 
 def _check_explicit_roles(explicit: dict[str, str], selected: list) -> None:

@@ -183,7 +183,10 @@ def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
 
 
 def print_plan(plan) -> None:
-    """A local dry run: what each stage would run with."""
+    """A local dry run: what each stage would run with, and what it would launch when its module
+    can tell (`preview(config, resources)`: the Megatron-Bridge overrides, the NeMo RL config)."""
+    import importlib
+
     for sp in plan.stages:
         print(f"### {sp.recipe}/{sp.stage}  ({sp.module})")
         for role, art in sorted(sp.inputs.items()):
@@ -191,3 +194,7 @@ def print_plan(plan) -> None:
         for role, (stage, out) in sorted(sp.upstream.items()):
             print(f"input  {role:<10} <- {stage}.{out} of this submission")
         print("config " + json.dumps(sp.config, sort_keys=True))
+        preview = getattr(importlib.import_module(sp.module), "preview", None)
+        text = preview(sp.config, sp.resources) if preview else None
+        if text:
+            print(text.rstrip("\n"))
