@@ -30,11 +30,14 @@ def open_store(args: argparse.Namespace, create: bool = False):
 
 # ---- commands -------------------------------------------------------------------------------
 def cmd_submit(args: argparse.Namespace) -> int:
+    """Everything a user can get wrong is refused before the store is created or written: the
+    profile, the recipe's resources, the store path, and every input artifact, re-hashed."""
     from dataclasses import asdict
 
+    from jobs import profiles
     from jobs.errors import ExecutorError
     from jobs.executors import NAMES
-    from jobs.plan import make_plan, record
+    from jobs.plan import make_plan, record, verify_inputs
     from lineage import Store
 
     if args.executor not in NAMES:
@@ -42,13 +45,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     stage_sel = args.stages or args.stage
     if not stage_sel:
         raise ExecutorError("say which stage(s) to run: --stage STAGE, --stage all, or --stages a,b")
+    # A named profile is checked with either executor (a typo must not pass silently); its store applies to both.
+    profile = profiles.load(args.profile) if args.executor == "slurm" or args.profile else None
+    root = Path(args.store or os.environ.get("JOBS_HOME") or (profile and profile.store) or DEFAULT_STORE).expanduser()
+    _check_store_path(root)
+    store = Store(root)
+    plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, args.executor, not args.dry_run)
+    for sp in plan.stages:
+        profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
     if args.executor == "local":
-        store = Store(store_path(args))
-        plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, "local", not args.dry_run)
         if args.dry_run:
             from jobs.show import print_plan
             print_plan(plan)
             return 0
+        verify_inputs(store, plan)
         store = Store.open(store.root, create=True)
         store.ensure_writable()
         reused = _reuse(store, plan, None, args.force)
@@ -57,19 +67,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
         from jobs.executors.local import LocalExecutor
         return 0 if LocalExecutor().run_chain(store, run_ids) else 1
 
-    from jobs import profiles
     from jobs.executors import slurm
 
-    target = slurm.SlurmTarget(profiles.load(args.profile), allow_unpinned=args.allow_unpinned)
-    root = Path(args.store or os.environ.get("JOBS_HOME") or target.profile.store or DEFAULT_STORE).expanduser()
-    store = Store(root)
-    plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, "slurm", not args.dry_run)
+    target = slurm.SlurmTarget(profile, allow_unpinned=args.allow_unpinned)
     stages = [asdict(sp) for sp in plan.stages]
     if args.dry_run:
         print(slurm.dry_run(store.root, stages, target))
         return 0
     executor = slurm.SlurmExecutor(target)
     prepared = executor.prepare(store.root, stages)
+    verify_inputs(store, plan)
     store = Store.open(store.root, create=True)
     store.ensure_writable()
     extras = [{"container_image": p["image"].reference if p["image"] else None, "profile": target.profile.name}
@@ -79,6 +86,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"recorded {len(run_ids)} run(s) in {store.root}")
     keep = [p for sp, p in zip(plan.stages, prepared) if sp.stage not in reused]
     return 0 if executor.submit_chain(store, run_ids, keep) else 1
+
+
+def _check_store_path(root: Path) -> None:
+    """A store path reaches sbatch scripts and log paths: no control characters (a newline would
+    start a live script line)."""
+    from jobs.errors import JobsError
+
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in str(root)):
+        raise JobsError(f"store path {str(root)!r} has a control character (newline, tab, ...); choose another folder")
 
 
 def _reuse(store, plan, extras, force: bool) -> dict[str, str]:
@@ -96,8 +112,11 @@ def _reuse(store, plan, extras, force: bool) -> dict[str, str]:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from jobs import status
+    from jobs.errors import JobsError
     from lineage.store import TERMINAL
 
+    if args.limit < 1:
+        raise JobsError(f"--limit must be at least 1 (got {args.limit})")
     store = open_store(args)
     idx = store.index()
     if args.run:
@@ -109,16 +128,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         job = status.slurm_job(view)
         slurm = f"{job} {live.state}" if job and live else (job or "local")
         why = (live.reason if live and live.reason else "") or (view.reason or "")
-        print(f"{view.id:<36}  {view.spec['stage']:<9} {view.state:<10} {slurm:<22} {why}")
+        print(f"{view.id:<36}  {view.spec.get('stage', '?'):<9} {view.state:<10} {slurm:<22} {why}")
     return 0
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
     import time
 
+    from jobs import status
     from jobs.errors import JobsError
     from lineage.store import TERMINAL
 
+    if args.task < 0:
+        raise JobsError(f"--task must be 0 or more (got {args.task})")
     store = open_store(args)
     run_id = store.index().resolve_run(args.run)
     folder = store.run_dir(run_id) / "logs"
@@ -137,7 +159,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
                     print(f"==> {path} <==")
                 sys.stdout.write(chunk.decode(errors="replace"))
                 sys.stdout.flush()
-        if not args.follow or store.run(run_id).state in TERMINAL:
+        if not args.follow:
+            return 0
+        view = status.lost(store.run(run_id))   # a LOST run never ends: stop following it
+        if view.state in TERMINAL or view.state == "LOST":
             return 0
         time.sleep(1.0)
 
@@ -151,6 +176,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     view = store.run(store.index().resolve_run(args.run))
     if view.state in TERMINAL:
         raise JobsError(f"run {view.id} already ended: {view.state}")
+    store.ensure_writable()
     print(f"{view.id} cancelled ({status.cancel(store, view)})")
     return 0
 
@@ -279,9 +305,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from jobs.show import _size
     from lineage.gc import candidates, collect
 
-    import math
-
     from jobs.errors import JobsError
+
+    if args.keep_top_k is not None and args.keep_top_k < 1:
+        raise JobsError(f"--keep-top-k must be 1 or more: how many snapshots to keep per run (got {args.keep_top_k})")
+    import math
 
     if not math.isfinite(args.older_than) or args.older_than < 0:
         raise JobsError(f"--older-than {args.older_than}: give a number of days, 0 or more")

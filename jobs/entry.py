@@ -31,6 +31,42 @@ class UpstreamFailed(Exception):
     pass
 
 
+class CorruptInput(Exception):
+    """An input artifact's files no longer match its manifest: the stage must not read them."""
+
+
+def verify_inputs(store: Store, inputs: dict[str, str]) -> None:
+    """Re-hash every input before the stage reads it; one line naming the role, the artifact and the file."""
+    from lineage.errors import LineageError
+
+    for role, art in sorted(inputs.items()):
+        try:
+            store.verify(art)
+        except LineageError as e:
+            raise CorruptInput(f"input {role} is corrupt, not used: {' '.join(str(e).split())}") from None
+
+
+def process_identity(pid: int | None = None) -> dict:
+    """What tells this process apart from a later one with the same PID: host, PID, process group,
+    and the start time in clock ticks since boot (/proc/<pid>/stat field 22) with the boot's ID.
+    `jobs cancel` signals a local run only when all of them still match."""
+    from jobs.status import _boot_id, proc_start
+
+    pid = pid or os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "pgid": os.getpgid(pid),
+            "proc_start": proc_start(pid), "boot_id": _boot_id()}
+
+
+def _own_process_group() -> None:
+    """A local job leads its own process group, so cancel can stop it and its children without
+    touching the `jobs submit` that waits for it (they would share the shell's group otherwise)."""
+    if os.environ.get("SUBMITIT_EXECUTOR") == "local":
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+
+
 def resolve_pending(store: Store, spec: dict) -> dict[str, str]:
     """Inputs from upstream runs of the same submission, read when this job starts."""
     resolved = {}
@@ -124,6 +160,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         return view.outputs  # a requeue after the end: nothing left to do
     attempt = 1 + sum(1 for a in view.attempts if a.get("start"))
     main = dist.is_main
+    _own_process_group()
     try:
         pending = resolve_pending(store, spec)
     except UpstreamFailed as e:
@@ -137,7 +174,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         store.add_event(run_id, "inputs", inputs=pending, run_key=run_key({**spec, "inputs": inputs}))
 
     if main:
-        store.add_event(run_id, "attempt", attempt=attempt, host=socket.gethostname(), pid=os.getpid(),
+        store.add_event(run_id, "attempt", attempt=attempt, **process_identity(),
                         job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
                         nodes=dist.nodes or [socket.gethostname()], start=time.time())
         store.add_event(run_id, "status", state="RUNNING")
@@ -155,6 +192,11 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **fields)
 
     try:
+        from jobs.provenance import unredact
+
+        ctx.config = unredact(spec["config"])  # secrets the record left out come from this job's environment
+        if main:
+            verify_inputs(store, inputs)
         if spec.get("ray") and not main:
             from jobs import ray_cluster
 

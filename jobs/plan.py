@@ -134,10 +134,38 @@ def _check_explicit_roles(explicit: dict[str, str], selected: list) -> None:
 
 def _resolve(store: Store, text: str, inp: recipes.InputSpec) -> str:
     art_id = store.resolve_artifact(text)
-    kind = store.artifact(art_id)["kind"]
+    kind = store.artifact(art_id).get("kind")
     if kind != inp.kind:
         raise InputError(f"input {inp.role} must be a {inp.kind} artifact, but {text} is a {kind}")
     return art_id
+
+
+def verify_inputs(store: Store, plan: Plan) -> None:
+    """Re-hash every input artifact the plan resolved, before anything is recorded: a tampered or
+    damaged input is refused in one line naming the file and the command that heals it."""
+    seen: set[str] = set()
+    for sp in plan.stages:
+        for role, art in sorted(sp.inputs.items()):
+            if art in seen:
+                continue
+            seen.add(art)
+            try:
+                store.verify(art)
+            except LineageError as e:
+                raise InputError(f"stage {sp.stage}: input {role} is corrupt, not used: {' '.join(str(e).split())}"
+                                 f"{_heal_hint(store, art)}") from None
+
+
+def _heal_hint(store: Store, art: str) -> str:
+    """`jobs submit … --force` for the stage that produced `art`, when the record names it."""
+    try:
+        producer = store.artifact(art).get("producer")
+        spec = store.run_spec(producer) if producer else None
+    except (LineageError, OSError, ValueError):
+        return ""
+    if not spec or "recipe" not in spec or "stage" not in spec:
+        return ""
+    return f" (run: jobs submit {spec['recipe']} --stage {spec['stage']} --force)"
 
 
 def run_key(spec: dict) -> str:
@@ -160,12 +188,21 @@ def _spec(plan: Plan, i: int, extras: list[dict] | None, inputs: dict, pending: 
     }
 
 
+def _recorded(plan: Plan, i: int, extras: list[dict] | None, inputs: dict, pending: dict) -> dict:
+    """The spec as it is recorded: secrets from the environment redacted (jobs.provenance.redact)."""
+    from jobs.provenance import redact
+
+    spec = _spec(plan, i, extras, inputs, pending)
+    spec["config"] = redact(spec["config"])
+    return spec
+
+
 def cached(store: Store, plan: Plan, extras: list[dict] | None = None) -> dict[str, str]:
     """Stages whose exact run already SUCCEEDED and whose outputs still verify: stage -> that run.
 
     A stage downstream of a reused one is checked with the reused run's outputs as its inputs.
     """
-    if not (store.root / "index.sqlite").exists() and not (store.root / "records").exists():
+    if not (store.root / "records").exists():
         return {}
     idx = store.index()
     reused: dict[str, str] = {}
@@ -174,7 +211,7 @@ def cached(store: Store, plan: Plan, extras: list[dict] | None = None) -> dict[s
         if any(st not in reused for st, _ in sp.upstream.values()):
             continue
         inputs = {**sp.inputs, **{role: outputs[st][out] for role, (st, out) in sp.upstream.items()}}
-        key = run_key(_spec(plan, i, extras, inputs, {}))
+        key = run_key(_recorded(plan, i, extras, inputs, {}))
         for candidate in idx.runs_with_key(key):
             view = store.run(candidate)
             try:
@@ -208,7 +245,7 @@ def record(store: Store, plan: Plan, extras: list[dict] | None = None,
                 inputs[role] = store.run(reused[st]).outputs[out]
             else:
                 pending[role] = {"run": run_ids[st], "output": out}
-        spec = _spec(plan, i, extras, inputs, pending)
+        spec = _recorded(plan, i, extras, inputs, pending)
         if not pending:
             spec["run_key"] = run_key(spec)
         run_ids[sp.stage] = store.create_run(spec)

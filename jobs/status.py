@@ -3,14 +3,21 @@
 A job Slurm ended without the entry recording it (cancelled before start, killed by the time
 limit, a dependency that can never be met) gets a status event saying why, so `jobs show` tells
 the truth without anyone reading Slurm's logs.
+
+A local run is a process on one host. Its attempt records host, PID, process group and the
+process's start time; a run whose process is gone (same host, PID dead or now another process)
+shows as LOST, computed when read, and `jobs cancel` signals only a process that still matches.
 """
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
+from jobs.errors import JobsError
 from lineage import Store
 from lineage.store import TERMINAL, RunView
 
@@ -79,23 +86,118 @@ def statuses(store: Store, run_ids: list[str]) -> list[tuple[RunView, Live | Non
     out = []
     for v in views:
         lv = live.get(slurm_job(v) or "")
-        out.append((reconcile(store, v, lv), lv))
+        out.append((lost(reconcile(store, v, lv)), lv))
     return out
 
 
+# ---- local processes ------------------------------------------------------------------------
+def proc_start(pid: int) -> int | None:
+    """The process's start time in clock ticks after boot (/proc/<pid>/stat field 22); None if no
+    such process, or it is a zombie (it has ended; only its parent has not reaped it)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text[text.rindex(")") + 2:].split()   # the name (field 2) may hold spaces and ')'
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def open_attempt(view: RunView) -> dict | None:
+    """The local attempt that started and recorded no end: the process the run is waiting on."""
+    if slurm_job(view) or view.state in TERMINAL:
+        return None
+    started = [a for a in view.attempts if a.get("pid") and not a.get("end")]
+    return started[-1] if started else None
+
+
+def process_problem(attempt: dict) -> str | None:
+    """Why the recorded process is not (or cannot be shown to be) the one still running; None if it is."""
+    host, pid = attempt.get("host"), attempt.get("pid")
+    if host != socket.gethostname():
+        return f"its process {pid} runs on host {host}, not here ({socket.gethostname()}): cancel it there"
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return f"its attempt records no usable process ID ({pid!r})"
+    if attempt.get("proc_start") is None:
+        return f"its attempt records no process start time, so PID {pid} cannot be told from a reused one"
+    if attempt.get("boot_id") and _boot_id() and attempt["boot_id"] != _boot_id():
+        return f"its process {pid} belonged to an earlier boot of {host}"
+    now = proc_start(pid)
+    if now is None:
+        return f"its process {pid} on {host} is gone"
+    if now != attempt["proc_start"]:
+        return f"PID {pid} on {host} is now another process (started at tick {now}, the run's at {attempt['proc_start']})"
+    return None
+
+
+def _gone(attempt: dict) -> bool:
+    """On this host and its process has ended (PID dead, or reused by another process)."""
+    if attempt.get("host") != socket.gethostname() or attempt.get("proc_start") is None:
+        return False
+    if attempt.get("boot_id") and _boot_id() and attempt["boot_id"] != _boot_id():
+        return True
+    return proc_start(attempt["pid"]) != attempt["proc_start"]
+
+
+def lost(view: RunView) -> RunView:
+    """A local run whose process is gone without recording an end shows as LOST (nothing is written)."""
+    attempt = open_attempt(view)
+    if attempt is None or not _gone(attempt):
+        return view
+    spec = view.spec
+    return replace(view, state="LOST", reason=(
+        f"process {attempt['pid']} on {attempt['host']} is gone without recording an end; resubmit: "
+        f"jobs submit {spec.get('recipe')} --stage {spec.get('stage')} --force, or jobs reproduce {view.id}"))
+
+
 def cancel(store: Store, view: RunView) -> str:
-    """scancel a Slurm run, or stop a local run's process; then record CANCELLED."""
-    # Recorded first, so whoever waits on the job reads CANCELLED, not a crash.
-    store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
+    """scancel a Slurm run, or stop a local run's process group; then record CANCELLED.
+
+    A local run is signalled only when its recorded process is still the one running here (host,
+    PID, start time): otherwise JobsError, and nothing is signalled or recorded.
+    """
     job = slurm_job(view)
     if job:
+        # Recorded first, so whoever waits on the job reads CANCELLED, not a crash.
+        store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
         subprocess.run(["scancel", job], check=True, capture_output=True)
         return f"scancel {job}"
+    attempt = open_attempt(view)
+    if attempt is None:
+        if any(a.get("start") and not a.get("end") for a in view.attempts):
+            raise JobsError(f"run {view.id} started but recorded no process to signal; nothing cancelled")
+        store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
+        return "not started yet"
+    problem = process_problem(attempt)
+    if problem:
+        hint = "" if "cancel it there" in problem else (
+            f"; resubmit: jobs submit {view.spec.get('recipe')} --stage {view.spec.get('stage')} --force")
+        raise JobsError(f"run {view.id} not cancelled: {problem}; nothing signalled{hint}")
+    pid, pgid = attempt["pid"], attempt.get("pgid")
+    # The group the job made for itself (jobs.entry): only when the PID still leads it.
+    group = pgid if pgid == pid and _pgid(pid) == pgid else None
+    store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
     # submitit's job process ignores SIGTERM (it means "preempted" on Slurm): stop it for good.
-    pids = [a["pid"] for a in view.attempts if a.get("pid") and not a.get("end")]
-    for pid in pids:
-        try:
+    try:
+        if group is not None:
+            os.killpg(group, signal.SIGKILL)
+        else:
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return f"SIGKILL to pid {', '.join(map(str, pids))}" if pids else "not started yet"
+    except ProcessLookupError:
+        pass
+    return f"SIGKILL to process group {group}" if group is not None else f"SIGKILL to pid {pid}"
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
