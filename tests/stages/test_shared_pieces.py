@@ -116,3 +116,126 @@ def test_trackers_are_closed_on_requeue_and_tensorboard_gets_scalars(tmp_path: P
                          config={"tracking": {"wandb": "offline"}}, dist=Distributed(rank=1, world_size=2))
     with tracking.session(rank1) as trackers:
         assert trackers == [] and rank1.links == {}          # only rank 0 reports
+
+
+# ---- eval's answer checking and prompts, export's folder (nano3's keys on a small random model) ----
+
+def test_math_verifier_takes_the_final_answer_and_compares_it_normalised():
+    from stages.rewards import extract_answer, math_verify
+
+    right = [("so the answer is \\boxed{\\frac{1}{2}}.", "0.5"), ("The answer is 68.", "68"), ("68", "68"),
+             ("total $1,000.", "1000"), ("\\boxed{1{,}000}", "1000"), ("x = 5", "5"), ("\\boxed{x=5}", "5"),
+             ("\\boxed 7", "7"), ("\\fbox{3/4}", "\\dfrac34"), ("-3", "-3"), ("2.50", "5/2"),
+             ("\\boxed{\\text{(B)}}", "(B)"), ("\\boxed{90^\\circ}", "90"), ("50\\%", "50"),
+             ("first 3, then \\boxed{4} and later 9", "4"), ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}"),
+             ("it is 12", "\\boxed{12}")]
+    wrong = [("6 8", "68"), ("3", "-3"), ("no answer", "5"), ("\\boxed{2", "2"), ("\\boxed{}", "0"), ("", ""),
+             ("\\boxed{4} or 9", "9"), ("680", "68"), ("0.333", "1/3")]
+    assert [r for r, a in right if math_verify(r, a) != 1.0] == []
+    assert [r for r, a in wrong if math_verify(r, a) != 0.0] == []
+    assert extract_answer("a \\boxed{\\frac{1}{2}} b") == "\\frac{1}{2}" and extract_answer("none") is None
+
+
+def _small_model(root: Path, chat_template: str | None = None) -> Path:
+    from stages import data, lm
+
+    (root / "corpus").mkdir(parents=True)
+    (root / "corpus" / "train.txt").write_text("1+2=3\n45+9=54\n")
+    tokenizer = lm.load_tokenizer(data._train_tokenizer(root / "tokenizer", root / "corpus" / "train.txt"))
+    if chat_template:
+        tokenizer.chat_template = chat_template
+    torch.manual_seed(0)
+    model = lm.build_model({"hidden": 64, "intermediate": 128, "layers": 2, "heads": 2, "max_len": 32}, tokenizer)
+    return lm.save_model(model, tokenizer, root / "model")
+
+
+def test_eval_prompts_go_through_the_chat_template_with_its_kwargs(tmp_path: Path):
+    from stages import lm
+    from stages.eval import prompt_ids
+
+    template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}{% if think %}={% endif %}"
+    tok = lm.load_tokenizer(_small_model(tmp_path, template))
+    plain = lm.encode(tok, ["1+2"], bos=True)
+    assert prompt_ids(tok, ["1+2"]) == plain
+    assert prompt_ids(tok, ["1+2"], {"think": True}) == [plain[0] + tok("=", add_special_tokens=False)["input_ids"]]
+    tok.chat_template = None
+    assert prompt_ids(tok, ["1+2"], {"think": True}) == plain        # no template: <bos> + prompt
+
+
+def test_eval_config_reads_or_refuses_every_key():
+    from jobs import recipes
+    from stages.eval import check_config
+
+    nano3 = recipes.load("nano3")
+    res = nano3.stage("eval").resources
+
+    def problems(*overrides):
+        return check_config(recipes.compose(nano3, "eval", list(overrides)), resources=res)
+
+    assert problems() == []
+    assert problems("eval.top_p=1.5") == ["eval.top_p must be a number in (0, 1] (got 1.5)"]
+    assert problems("+eval.vllm_cfg.enable_thinking=true")[0].startswith("eval.vllm_cfg has unknown key enable_thinking")
+    assert problems("+eval.topp=1") == [p for p in problems("+eval.topp=1") if "unknown key topp" in p] != []
+    assert problems("eval.vllm_cfg.data_parallel_size=4") == \
+        ["eval.vllm_cfg: tensor_parallel_size x data_parallel_size = 16 > the node's 8 GPUs"]
+    assert problems("+eval.vllm_kwargs.seed=1") == ["eval.vllm_kwargs may not set seed (eval sets it from its own keys)"]
+    assert problems("eval.backend=hf") == [f"eval.{k} applies only to eval.backend=vllm (remove it, or set the backend)"
+                                           for k in ("vllm_cfg", "vllm_kwargs")]
+    assert problems("eval.greedy=1", "eval.n_samples=1e30") == ["eval.n_samples must be an integer in [1, 4096] (got 1e+30)",
+                                                                "eval.greedy must be true or false (got 1)"]
+
+
+def test_export_writes_nano3s_keys_shards_and_checks_the_folder_in_a_fresh_process(tmp_path: Path):
+    import json as _json
+
+    from jobs import recipes
+    from stages import export, lm
+
+    src = _small_model(tmp_path / "in", "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    config = recipes.compose(recipes.load("nano3"), "export", ["export.max_shard_size=50KB", "tracking.wandb=disabled",
+                                                               "tracking.tensorboard=false"])
+    assert export.check_config(config) == []
+    (tmp_path / "run").mkdir()
+    ctx = StageContext(run_id="r1", recipe="nano3", stage="export", config=config, inputs={"model": src},
+                       run_dir=tmp_path / "run")
+    out = export.run(ctx)["hf"]                         # verify_load: true ran the fresh-process check
+
+    shards = sorted(out.glob("*.safetensors"))
+    assert len(shards) > 1 and (out / "model.safetensors.index.json").is_file()
+    gen = _json.loads((out / "generation_config.json").read_text())
+    assert (gen["temperature"], gen["top_p"], gen["max_new_tokens"], gen["do_sample"]) == (1.0, 1.0, 16384, True)
+    assert "run r1" in (out / "README.md").read_text()
+    assert (out / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+    assert lm.load_tokenizer(out).chat_template == lm.load_tokenizer(src).chat_template
+    weights = {}
+    for shard in shards:
+        from safetensors import safe_open
+        with safe_open(shard, "pt") as f:
+            weights |= {k: f.get_tensor(k) for k in f.keys()}
+    assert {str(t.dtype) for t in weights.values()} == {"torch.bfloat16"}
+    original = lm.load_model(src).state_dict()
+    assert all(torch.equal(weights[k], original[k].to(torch.bfloat16)) for k in weights)
+
+    # The check itself: a wrong expectation and a broken folder are each found, one line per problem.
+    expected = {k: (list(t.shape), "bfloat16") for k, t in original.items()}
+    probe = lm.load_tokenizer(src)(export.PROBE)["input_ids"]
+    assert export.verify_load(out, expected, probe) == []
+    name = sorted(expected)[0]
+    wrong = {**expected, name: (expected[name][0], "float32")}
+    assert export.verify_load(out, wrong, probe) == [f"tensor {name}: {expected[name][0]} bfloat16, expected {expected[name][0]} float32"]
+    shards[0].unlink()
+    broken = export.verify_load(out, expected, probe)
+    assert len(broken) == 1 and broken[0].startswith(f"loading {out} in a fresh process failed") and "\n" not in broken[0]
+
+
+def test_export_config_refuses_pickles_and_bad_values():
+    from jobs import recipes
+    from stages.export import check_config
+
+    for name in ("tiny", "nano3"):
+        assert check_config(recipes.compose(recipes.load(name), "export", [])) == [], name
+    bad = check_config(recipes.compose(recipes.load("nano3"), "export", [
+        "export.safe_serialization=false", "export.max_shard_size=5 gigs", "export.dtype=fp8",
+        "export.generation_config.max_new_tokens=-1", "+export.max_new_tokens=5"]))
+    assert len(bad) == 5 and all("\n" not in p for p in bad)
+    assert any("safe_serialization must be true" in p for p in bad)
