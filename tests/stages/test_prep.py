@@ -1,0 +1,225 @@
+"""nano3's prep stages on small generated local sources, through the real CLI, checked against
+direct tokenization and, where it is installed, megatron-core's own indexed-dataset reader."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from helpers import run_jobs, tree_digest
+from lineage import Store
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
+import make  # noqa: E402
+
+from stages.prep import indexed  # noqa: E402
+
+#: The interpreter of the Megatron-Bridge venv (dev/bridge_venv.sh); JOBS_MCORE_PYTHON names another.
+MCORE_PYTHON = os.environ.get("JOBS_MCORE_PYTHON") or str(Path(__file__).parents[2] / ".venv-bridge" / "bin" / "python")
+QUIET = ["tracking.wandb=disabled"]
+
+
+def latest_run(store: Store, stage: str):
+    row = next(iter(store.index().runs(stage=stage)))
+    return store.run(row["id"])
+
+
+def output(store: Store, view, name: str) -> Path:
+    return Path(store.artifact(view.outputs[name])["path"])
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """One store in which prep_pretrain, prep_sft and prep_rl ran on the generated sources."""
+    src = tmp_path_factory.mktemp("nano3 sources")
+    facts = make.make(src)
+    store = tmp_path_factory.mktemp("prep store") / "store"
+    r = run_jobs(store, "submit", "nano3", "--stage", "prep_pretrain", *QUIET,
+                 f"prep_pretrain.tokenizer.model={src}/tokenizer",
+                 f"prep_pretrain.sources=[{{name: web, path: '{src}/pretrain/web', text_field: text, weight: 3}},"
+                 f" {{name: math, path: '{src}/pretrain/math', text_field: text, weight: 1}}]",
+                 "prep_pretrain.num_shards=3", "prep_pretrain.valid_fraction=0.1", "prep_pretrain.workers_per_node=2")
+    assert r.code == 0, r.out + r.err
+    r = run_jobs(store, "submit", "nano3", "--stage", "prep_sft", *QUIET,
+                 "--input", "tokenizer=nano3/prep_pretrain/tokenizer:latest",
+                 f"prep_sft.sources=[{{name: chats, path: '{src}/sft/chats', weight: 1.0}}]",
+                 f"prep_sft.prefs.sources=[{{name: hs3, path: '{src}/prefs/helpsteer3', format: helpsteer3}},"
+                 f" {{name: pairs, path: '{src}/prefs/pairs', format: pairs}}]",
+                 "prep_sft.pack_size=128", "prep_sft.valid_fraction=0.1", "prep_sft.reasoning_off_fraction=0.5")
+    assert r.code == 0, r.out + r.err
+    r = run_jobs(store, "submit", "nano3", "--stage", "prep_rl", *QUIET,
+                 f"prep_rl.sources=[{{name: math, path: '{src}/rl/math', env_map: {{math_with_judge: math}}}},"
+                 f" {{name: chat, path: '{src}/rl/chat', prompt_only: true, env: reward_model}}]",
+                 f"prep_rl.eval.sources=[{{name: bench, path: '{src}/eval/bench', prompt_field: problem, answer_field: answer}}]",
+                 "prep_rl.eval.held_out=5", "prep_rl.valid_size=8", "prep_rl.decontaminate.ngram=8")
+    assert r.code == 0, r.out + r.err
+    return {"store": Store(store), "src": src, **facts}
+
+
+def _tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _direct_docs(src: Path) -> dict[str, list[tuple]]:
+    """Every document of each source tokenized here, EOS appended, empty texts skipped."""
+    import pyarrow.parquet as pq
+
+    tok = _tokenizer(src / "tokenizer")
+    texts = {"web": [r["text"] for f in ("a", "b") for r in _rows(src / f"pretrain/web/{f}.jsonl")],
+             "math": pq.read_table(src / "pretrain/math/part-0.parquet").column("text").to_pylist()}
+    return {name: [tuple(tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]) for t in ts if t]
+            for name, ts in texts.items()}
+
+
+def test_prep_pretrain_writes_exactly_the_tokens_of_a_direct_tokenization(prepared):
+    store, src = prepared["store"], prepared["src"]
+    view = latest_run(store, "prep_pretrain")
+    blend = output(store, view, "blend")
+    direct = _direct_docs(src)
+    manifest = json.loads((blend / "manifest.json").read_text())
+    for name, docs in direct.items():
+        written = [tuple(d.tolist()) for prefix in sorted((blend / name).glob("*.idx"))
+                   for d in indexed.read(prefix.with_suffix(""))]
+        assert Counter(written) == Counter(docs), name      # every document once, token for token
+        assert view.metrics[f"prep/tokens/{name}"] == sum(map(len, docs))
+        info = manifest["sources"][name]
+        assert info["valid_documents"] == len(docs) // 10 or info["valid_documents"] >= 1
+    assert view.metrics["prep/tokens"] == sum(len(d) for docs in direct.values() for d in docs)
+    # Each source's shards carry its normalised weight (3:1), train and valid alike.
+    for file in ("blend.json", "blend_valid.json"):
+        weights = json.loads((blend / file).read_text())
+        assert sum(w for p, w in weights.items() if p.startswith("web/")) == pytest.approx(0.75)
+        assert sum(w for p, w in weights.items() if p.startswith("math/")) == pytest.approx(0.25)
+        assert all(Path(str(blend / p) + ".bin").is_file() for p in weights)
+    # The tokenizer output is the tokenizer the shards were written with.
+    tok_out = output(store, view, "tokenizer")
+    text = "seven plus seven is 14. quiet river"
+    assert _tokenizer(tok_out)(text)["input_ids"] == _tokenizer(src / "tokenizer")(text)["input_ids"]
+
+
+def test_megatron_cores_reader_reads_back_exactly_the_tokens_written(prepared):
+    if not Path(MCORE_PYTHON).is_file():
+        reason = f"no megatron-core venv at {MCORE_PYTHON} (dev/bridge_venv.sh builds it; or set JOBS_MCORE_PYTHON)"
+        print(reason)
+        pytest.skip(reason)
+    store = prepared["store"]
+    blend = output(store, latest_run(store, "prep_pretrain"), "blend")
+    prefixes = [str(p.with_suffix("")) for p in sorted(blend.rglob("*.idx"))]
+    script = ("import json, sys\nfrom megatron.core.datasets.indexed_dataset import IndexedDataset\n"
+              "out = {}\nfor p in json.loads(sys.argv[1]):\n    d = IndexedDataset(p)\n"
+              "    out[p] = {'dtype': d.index.dtype.__name__, 'docs': [d[i].tolist() for i in range(len(d))],"
+              " 'document_indices': d.document_indices.tolist()}\nprint(json.dumps(out))\n")
+    p = subprocess.run([MCORE_PYTHON, "-c", script, json.dumps(prefixes)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(got) == len(prefixes) >= 6
+    for prefix in prefixes:
+        ours = [d.tolist() for d in indexed.read(Path(prefix))]
+        assert got[prefix]["docs"] == ours
+        assert got[prefix]["dtype"] == "uint16"             # vocabulary of 400 < 65500, megatron-core's choice
+        assert got[prefix]["document_indices"] == list(range(len(ours) + 1))
+
+
+def test_prep_sft_renders_chats_with_the_template_and_packs_every_token(prepared):
+    store, src = prepared["store"], prepared["src"]
+    view = latest_run(store, "prep_sft")
+    sft = output(store, view, "sft")
+    tok = _tokenizer(src / "tokenizer")
+    chats = _rows(src / "sft/chats/train.jsonl")
+    rendered = {tok.apply_chat_template(c["messages"], tools=c.get("tools"), tokenize=False) for c in chats}
+    rows = _rows(sft / "training.jsonl") + _rows(sft / "validation.jsonl")
+    assert len(rows) == len(chats) - 1 and view.metrics["prep/sft/dropped_overlong"] == 1
+    stripped = 0
+    for r in rows:
+        assert r["input"].endswith("<|im_start|>assistant\n") and r["output"].endswith("<|im_end|>\n")
+        full = r["input"] + r["output"]
+        if full not in rendered:                            # reasoning_off: the trace was emptied
+            assert "<think></think>" in r["output"]
+            stripped += 1
+    assert 0 < stripped < sum("<think>" in c["messages"][-1]["content"] for c in chats)
+    assert any("Tools:" in r["input"] for r in rows)          # tool schemas reach the system turn
+    # The bins hold every row's tokens once, never more than pack_size, loss only on answer tokens.
+    import numpy as np
+
+    bridge = json.loads((sft / "bridge.json").read_text())
+    specs = bridge["packed_sequence_specs"]
+    for split, name in (("training", "packed_train_data_path"), ("validation", "packed_val_data_path")):
+        bins = np.load(sft / specs[name], allow_pickle=True)
+        want = Counter(tuple(tok(r["input"] + r["output"], add_special_tokens=False)["input_ids"])
+                       for r in _rows(sft / f"{split}.jsonl"))
+        got, answer_tokens = Counter(), 0
+        for b in bins:
+            assert len(b["input_ids"]) <= 128 == specs["packed_sequence_size"]
+            edges = b["seq_start_id"] + [len(b["input_ids"])]
+            got.update(tuple(b["input_ids"][s:e]) for s, e in zip(edges, edges[1:]))
+            answer_tokens += sum(b["loss_mask"])
+        assert got == want, split
+        assert answer_tokens == sum(len(tok(r["output"], add_special_tokens=False)["input_ids"])
+                                    for r in _rows(sft / f"{split}.jsonl"))
+    meta = json.loads((sft / specs["packed_metadata_path"]).read_text())
+    assert [m["pack_size"] for m in meta] == [128, 128]
+
+
+def test_prep_sft_writes_preference_pairs_as_nemo_rl_reads_them(prepared):
+    store, src = prepared["store"], prepared["src"]
+    view = latest_run(store, "prep_sft")
+    prefs = output(store, view, "prefs")
+    rows = _rows(prefs / "train.jsonl") + _rows(prefs / "validation.jsonl")
+    hs = _rows(src / "prefs/helpsteer3/train.jsonl")
+    strong = [h for h in hs if abs(h["overall_preference"]) >= 2]       # recipe default min_strength 2
+    assert len(rows) == len(strong) + len(_rows(src / "prefs/pairs/train.jsonl"))
+    by_context = {h["context"][0]["content"]: h for h in strong}
+    for r in rows:
+        ranks = {c["rank"]: c["completion"][0]["content"] for c in r["completions"]}
+        assert set(ranks) == {0, 1} and r["context"][-1]["role"] == "user"
+        assert r["prompt"].endswith("<|im_start|>assistant\n") and r["chosen"] == ranks[0] + "<|im_end|>\n"
+        h = by_context.get(r["context"][0]["content"])
+        if h is not None:
+            winner = h["response1"] if h["overall_preference"] < 0 else h["response2"]
+            assert ranks[0] == winner
+
+
+def test_prep_rl_drops_exactly_the_planted_contaminated_prompts(prepared):
+    store, src = prepared["store"], prepared["src"]
+    view = latest_run(store, "prep_rl")
+    prompts, ev = output(store, view, "prompts"), output(store, view, "eval")
+    train, valid, test = _rows(prompts / "train.jsonl"), _rows(prompts / "validation.jsonl"), _rows(ev / "test.jsonl")
+    assert view.metrics["prep/rl/decontaminated"] == len(prepared["planted"]) == 3
+    math = [r for r in _rows(src / "rl/math/train.jsonl") if r["env"] == "math_with_judge"]
+    used = {r["prompt"] for r in train + valid if r["task_name"] == "math"} | \
+           {r["prompt"] for r in test if r["source"] == "held_out"}
+    assert used == {r["prompt"] for r in math} - set(prepared["planted"])
+    assert len(valid) == 8 and {r["task_name"] for r in train + valid} == {"math", "reward_model"}
+    assert view.metrics["prep/rl/dropped_unmapped_env"] == prepared["n_code"]
+    assert all(r["answer"] for r in train if r["task_name"] == "math")
+    assert [r for r in test if r["source"] == "bench"] == [
+        {"prompt": b["problem"], "answer": b["answer"], "source": "bench"} for b in prepared["bench"]]
+    assert sum(r["source"] == "held_out" for r in test) == 5
+
+
+@pytest.mark.parametrize("stage,override,says", [
+    ("prep_pretrain", "prep_pretrain.sources=[{name: web, text_field: text, weight: 1}]", "prep_pretrain.sources[0].path is missing"),
+    ("prep_pretrain", "prep_pretrain.sources=[{name: web, path: 'hf://x/y', text_field: text, weight: 0}]", "weight must be a number > 0"),
+    ("prep_pretrain", "prep_pretrain.sources=[{name: web, path: 'relative/dir', text_field: text, weight: 1}]", "must be absolute"),
+    ("prep_rl", "prep_rl.decontaminate.ngram=0", "prep_rl.decontaminate.ngram must be an integer in [1, 1000]"),
+    ("prep_rl", "~prep_rl.mix.reward_model", "environment 'reward_model' is not in prep_rl.mix"),
+    ("prep_rl", "prep_rl.mix.math=-1", "prep_rl.mix.math must be a number > 0"),
+    ("prep_pretrain,prep_sft", "prep_sft.packing_algorithm=best_fit", "prep_sft.packing_algorithm must be one of"),
+])
+def test_bad_prep_config_is_refused_at_submit_in_one_line(store_path, stage, override, says):
+    before = tree_digest(store_path)
+    r = run_jobs(store_path, "submit", "nano3", "--stages", stage, "--dry-run", override)
+    assert r.code == 2, r.out + r.err
+    assert says in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert tree_digest(store_path) == before
