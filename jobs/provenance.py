@@ -36,7 +36,11 @@ def code_files() -> list[str]:
     listed = _git("ls-files", "--cached", "--others", "--exclude-standard", "-z")
     if listed.returncode == 0:
         rels = [p.decode() for p in listed.stdout.split(b"\0") if p]
-        return sorted(r for r in rels if (PROJECT_ROOT / r).is_file() and not (PROJECT_ROOT / r).is_symlink())
+        # A virtual environment someone made in the checkout and forgot to ignore is environment
+        # (recorded as such), not code: thousands of files, changing while pip runs.
+        venvs = tuple(r[: -len("pyvenv.cfg")] for r in rels if r.endswith("/pyvenv.cfg"))
+        return sorted(r for r in rels if not (venvs and r.startswith(venvs))
+                      and (PROJECT_ROOT / r).is_file() and not (PROJECT_ROOT / r).is_symlink())
     found = []
     for pkg in PACKAGES:
         for dirpath, dirnames, filenames in os.walk(PROJECT_ROOT / pkg):
@@ -45,14 +49,19 @@ def code_files() -> list[str]:
     return sorted(found)
 
 
-def code_state() -> dict:
-    """Git commit, dirty flag, and the snapshot's artifact ID (the manifest of every code file)."""
-    files = code_files()
+def code_state_entries() -> list[dict]:
+    """The manifest entries of the code as it is now (what `code_state` hashes)."""
     entries = []
-    for rel in files:
+    for rel in code_files():
         st = (PROJECT_ROOT / rel).stat()
         entries.append({"path": rel, "size": st.st_size, "digest": str(hashing.hash_file(PROJECT_ROOT / rel)),
                         "mode": hashing.normal_mode(st.st_mode)})
+    return entries
+
+
+def code_state() -> dict:
+    """Git commit, dirty flag, and the snapshot's artifact ID (the manifest of every code file)."""
+    entries = code_state_entries()
     head = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain").stdout.strip()) if head.returncode == 0 else None
     return {
@@ -65,23 +74,42 @@ def code_state() -> dict:
 
 
 def store_snapshot(store: Store, code: dict) -> str:
-    """Copy the code into `<store>/code/<snapshot id>/` unless it is there; returns the artifact ID."""
+    """Copy the code into `<store>/code/<snapshot id>/` unless it is there; returns the artifact ID.
+
+    The copy is hashed before it takes its name: if a file changed since the plan was made (an
+    editor saving, a `git pull`), nothing is kept and the submit is refused, instead of leaving a
+    folder whose name is not the ID of its content.
+    """
+    from jobs.errors import JobsError
+
     art_id = code["snapshot"]
     final = store.root / "code" / art_id
     if not final.exists():
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
-        for rel in code_files():
-            dst = tmp / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(PROJECT_ROOT / rel, dst)
         try:
-            os.rename(tmp, final)
-        except OSError:  # someone else stored the same snapshot first
-            shutil.rmtree(tmp)
+            try:
+                for rel in code_files():
+                    dst = tmp / rel
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(PROJECT_ROOT / rel, dst)
+                copied = hashing.artifact_id(hashing.manifest(tmp))
+            except FileNotFoundError as e:
+                copied = f"unreadable: {e.filename} went away"
+            if copied != art_id:
+                raise JobsError(f"the code under {PROJECT_ROOT} changed while it was snapshotted "
+                                f"(planned {art_id[:16]}, copied {copied[:40]}); submit again")
+            try:
+                os.rename(tmp, final)
+            except OSError:  # someone else stored the same snapshot first
+                pass
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
     got = store.register(final, kind="code")
     if got != art_id:
-        raise RuntimeError(f"code changed while it was snapshotted ({art_id} != {got}); submit again")
+        raise JobsError(f"the code snapshot {final} does not hold {art_id[:16]} (it hashes to {got[:16]}); "
+                        "move it away and submit again")
     return art_id
 
 

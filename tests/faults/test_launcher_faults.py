@@ -266,3 +266,136 @@ def test_fault_is_one_line_and_changes_nothing(case: Case, request):
     assert not box.marker.exists() and not list(box.tmp.glob("new*"))
     if case.after:
         case.after(box)
+
+
+# ---- the promises end to end ------------------------------------------------------------------
+def test_tampered_input_is_refused_then_healed_by_rerunning_its_producer(fresh):
+    box = fresh
+    f = box.tamper()
+    before = tree_digest(box.store)
+    refused = run_jobs(box.store, "submit", "testchain", "--stage", "double", env=box.env)
+    assert refused.code == 2 and "changed result.json" in refused.err and str(f.parent) in refused.err, refused.err
+    assert len(refused.err.strip().splitlines()) == 1 and tree_digest(box.store) == before
+    # The producer is deterministic: --force re-runs it, the same artifact ID comes back with good bytes.
+    healed = run_jobs(box.store, "submit", "testchain", "--stage", "count", *FAST, "--force", env=box.env)
+    assert healed.code == 0, healed.err
+    assert run_jobs(box.store, "verify", "testchain/count/result:latest", env=box.env).code == 0
+    down = run_jobs(box.store, "submit", "testchain", "--stage", "double", env=box.env)
+    assert down.code == 0, down.err
+    s = Store(box.store)
+    (run,) = [r["id"] for r in s.index().runs(stage="double")]
+    view = s.run(run)
+    assert view.state == "SUCCEEDED"
+    out = json.loads((Path(s.artifact(view.outputs["result"])["path"]) / "result.json").read_text())
+    assert out["steps"] == 4   # 2 * the healed count, not 2 * the tampered 3
+
+
+def test_a_job_refuses_an_input_corrupted_after_submit(fresh, monkeypatch):
+    """The in-job check: recorded while the input was good, corrupted before the job starts."""
+    from jobs.executors.local import LocalExecutor
+    from jobs.plan import make_plan, record
+
+    box = fresh
+    for k, v in box.env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    s = Store(box.store)
+    plan = make_plan(s, "testchain", "double", [], [], "local")
+    (run,) = record(s, plan)
+    box.tamper()
+    assert not LocalExecutor().run_chain(s, [run], echo=lambda line: None)
+    view = s.run(run)
+    assert view.state == "FAILED" and "\n" not in view.reason
+    assert "CorruptInput: input numbers is corrupt" in view.reason and "changed result.json" in view.reason
+    assert not view.outputs
+
+
+def test_cancel_stops_a_real_local_run_and_only_it(sandbox):
+    box = sandbox
+    submit = subprocess.Popen([JOBS, "--store", str(box.store), "submit", "testchain", "--stage", "count",
+                               "count.steps=600", "count.step_s=0.5", "--force"],
+                              env={**os.environ, **box.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    box.procs.append(submit)
+    s = Store(box.store)
+    deadline = time.monotonic() + 120
+    run = attempt = None
+    while time.monotonic() < deadline and attempt is None:
+        time.sleep(0.3)
+        runs = [r["id"] for r in s.index().runs() if s.run(r["id"]).state == "RUNNING"]
+        if runs:
+            run = runs[0]
+            attempt = next((a for a in s.run(run).attempts if a.get("pid")), None)
+    assert attempt is not None, "the run never started"
+    assert attempt["pgid"] == attempt["pid"] != submit.pid   # the job leads its own group
+    assert attempt["host"] == socket.gethostname() and attempt["proc_start"]
+    r = run_jobs(box.store, "cancel", run, env=box.env)
+    assert r.code == 0 and f"SIGKILL to process group {attempt['pid']}" in r.out, r.err
+    out, err = submit.communicate(timeout=120)
+    assert submit.returncode == 1, (submit.returncode, err)   # told its run ended, not killed itself
+    assert "CANCELLED" in out
+    assert s.run(run).state == "CANCELLED"
+    from jobs.status import proc_start
+    assert proc_start(attempt["pid"]) is None
+
+
+def test_a_local_run_whose_process_died_shows_lost_with_a_resubmit_hint(sandbox):
+    box = sandbox
+    p = box.sleeper()
+    run = box.fake_run(**ident(p.pid))
+    assert " RUNNING " in run_jobs(box.store, "status", env=box.env).out
+    p.kill()
+    p.wait()
+    st = run_jobs(box.store, "status", env=box.env)
+    line = next(line for line in st.out.splitlines() if line.startswith(run))
+    assert " LOST " in line and "--force" in line and f"jobs reproduce {run}" in line, st.out
+    assert Store(box.store).run(run).state == "RUNNING"   # computed on read, nothing recorded
+    assert run_jobs(box.store, "logs", run, "-f", env=box.env, timeout=60).code == 0   # -f stops on LOST
+
+
+def test_secrets_from_the_environment_are_not_recorded(sandbox):
+    box = sandbox
+    secret = "s3cr3t-" + os.urandom(8).hex()
+    d = box.tmp / "recipes" / "probe"
+    d.mkdir()
+    (d / "recipe.yaml").write_text("name: probe\nstages:\n  probe:\n    module: secretprobe\n"
+                                   "    outputs: {result: probe-result}\n    resources: {time_min: 5}\n")
+    (d / "probe.yaml").write_text("probe:\n  token: ${oc.env:MY_API_TOKEN}\n  header: Bearer ${oc.env:MY_API_TOKEN}\n")
+    mods = box.tmp / "mods"
+    mods.mkdir()
+    (mods / "secretprobe.py").write_text(
+        "import json, os\n"
+        "def run(ctx):\n"
+        "    out = ctx.output_dir('result')\n"
+        "    cfg, want = ctx.config['probe'], os.environ['MY_API_TOKEN']\n"
+        "    ok = cfg['token'] == want and cfg['header'] == 'Bearer ' + want\n"
+        "    (out / 'r.json').write_text(json.dumps({'job_got_the_value': ok}))\n"
+        "    return {'result': out}\n")
+    env = {**box.env, "MY_API_TOKEN": secret,
+           "PYTHONPATH": os.pathsep.join([str(mods), box.env["PYTHONPATH"]])}
+    r = run_jobs(box.store, "submit", "probe", "--stage", "probe", env=env)
+    assert r.code == 0, r.err
+    s = Store(box.store)
+    (run,) = [x["id"] for x in s.index().runs(recipe="probe")]
+    view = s.run(run)
+    assert view.spec["config"]["probe"] == {"token": "<redacted: from $MY_API_TOKEN>",
+                                            "header": "Bearer <redacted: from $MY_API_TOKEN>"}
+    assert json.loads((Path(s.artifact(view.outputs["result"])["path"]) / "r.json").read_text()) == {"job_got_the_value": True}
+    for root in (box.store, box.tmp / "cache"):
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                assert secret.encode() not in (Path(dirpath) / name).read_bytes(), Path(dirpath) / name
+    shown = run_jobs(box.store, "show", run, env=box.env)
+    assert secret not in shown.out and "redacted" in shown.out
+
+
+def test_two_first_submits_into_one_new_store_both_succeed(sandbox):
+    box = sandbox
+    store = box.tmp / "new store"
+    cmd = [JOBS, "--store", str(store), "submit", "testchain", "--stage", "count", *FAST]
+    procs = [subprocess.Popen(cmd, env={**os.environ, **box.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert all("Traceback" not in err for _, _, err in results)
+    runs = Store.open(store).index().runs()
+    assert runs and all(r["state"] == "SUCCEEDED" for r in runs)
