@@ -55,3 +55,24 @@ def ray_pids(needle: str) -> list[int]:
             except OSError:
                 pass
     return pids
+
+
+def tree_state(root: Path, skip: tuple[Path, ...] = ()) -> dict[str, tuple]:
+    """path -> (mode, size, digest of the bytes) for everything under `root`, links and FIFOs included.
+
+    Nothing but regular files is opened, so a planted FIFO cannot hang the test; `skip` leaves out
+    folders (the per-host cache) that may change without breaking a promise.
+    """
+    state: dict[str, tuple] = {}
+    if not os.path.lexists(root):
+        return state
+    skipped = {str(p) for p in skip}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if os.path.join(dirpath, d) not in skipped)
+        for name in [""] + sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            digest = hashlib.sha256(p.read_bytes()).hexdigest() if name and p.is_file() and not p.is_symlink() else None
+            target = os.readlink(p) if p.is_symlink() else None
+            state[str(p.relative_to(root))] = (st.st_mode, st.st_size if digest else None, digest, target)
+    return state
