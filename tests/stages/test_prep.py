@@ -109,8 +109,12 @@ def test_prep_pretrain_writes_exactly_the_tokens_of_a_direct_tokenization(prepar
 
 
 def test_megatron_cores_reader_reads_back_exactly_the_tokens_written(prepared):
-    if not Path(MCORE_PYTHON).is_file():
-        reason = f"no megatron-core venv at {MCORE_PYTHON} (dev/bridge_venv.sh builds it; or set JOBS_MCORE_PYTHON)"
+    probe = subprocess.run([MCORE_PYTHON, "-c", "import megatron.core.datasets.indexed_dataset"],
+                           capture_output=True, text=True, timeout=300) if Path(MCORE_PYTHON).is_file() else None
+    if probe is None or probe.returncode:
+        why = "absent" if probe is None else (probe.stderr.strip().splitlines() or ["?"])[-1]
+        reason = (f"megatron-core's reader does not import with {MCORE_PYTHON} ({why}): "
+                  "dev/bridge_venv.sh builds that venv, or set JOBS_MCORE_PYTHON")
         print(reason)
         pytest.skip(reason)
     store = prepared["store"]
