@@ -18,7 +18,7 @@ import json
 import random
 from pathlib import Path
 
-from jobs.schema import Int, Map, check
+from jobs.schema import Int, Map, Str, check
 
 ALPHABET = "0123456789+= \n"
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
@@ -34,6 +34,7 @@ SCHEMA = Map({
     "n_prefs": Int(1, ROWS),
     "n_rl": Int(1, ROWS),
     "n_rl_val": Int(1, ROWS),
+    "note": Str(required=False),        # free text kept in the run record (`+data.note='why'`), unused
 })
 # Memory, an upper estimate (measured peak RSS: n_sft=1e6 479 MB, est. 544; max_operand=999 183 MB, est. 256):
 # the shuffled list of all operand pairs, every split as dicts and as joined text, the interpreter.
