@@ -4,6 +4,7 @@ Stages share this contract, not a base class: `run(ctx) -> {output_name: directo
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -47,6 +48,8 @@ class StageContext:
     should_stop: Callable[[], bool] = lambda: False
     #: The Ray cluster over this job's allocation (`ray: true` stages, rank 0): `ray.init(address=...)`.
     ray_address: str | None = None
+    #: The inputs' artifact IDs by role (set by the entry; empty when a test builds the context).
+    input_ids: dict[str, str] = field(default_factory=dict)
     _metrics: dict[str, Any] = field(default_factory=dict)
     _trackers: list[Any] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)
@@ -72,6 +75,25 @@ class StageContext:
         path = self.run_dir / "checkpoints"
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    @property
+    def attempt_dir(self) -> Path:
+        """This attempt's own log folder (`<run>/attempts/<n>`); metrics, TensorBoard and the W&B run
+        id stay one per run."""
+        path = self.run_dir / "attempts" / str(self.attempt)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def config_digest(self) -> str:
+        """sha256 of the resolved config's canonical JSON: a checkpoint written under another config
+        has another digest."""
+        text = json.dumps(self.config, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+    def identity(self) -> dict[str, Any]:
+        """What every checkpoint of this run carries, and what resume checks it against."""
+        return {"run_id": self.run_id, "config_digest": self.config_digest, "inputs": dict(self.input_ids)}
 
     def add_tracker(self, tracker: Any, link: tuple[str, str] | None = None) -> None:
         """Anything with `log(metrics: dict, step: int)` receives every ctx.log call.

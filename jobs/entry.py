@@ -174,6 +174,9 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         store.add_event(run_id, "inputs", inputs=pending, run_key=run_key({**spec, "inputs": inputs}))
 
     if main:
+        from jobs.attempts import close_interrupted
+
+        close_interrupted(store, view, attempt)  # an earlier attempt that died without a word
         store.add_event(run_id, "attempt", attempt=attempt, **process_identity(),
                         job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
                         nodes=dist.nodes or [socket.gethostname()], start=time.time())
@@ -182,6 +185,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         run_id=run_id, recipe=spec["recipe"], stage=spec["stage"], config=spec["config"],
         inputs={role: Path(store.artifact(art)["path"]) for role, art in inputs.items()},
         run_dir=store.run_dir(run_id), dist=dist, attempt=attempt, should_stop=should_stop,
+        input_ids=dict(inputs),  # checkpoints carry them; resume refuses another run's
     )
 
     def end(**fields) -> None:
@@ -216,7 +220,9 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         }
     except Requeue:
         if main:
-            end(exit="requeued")
+            from jobs.attempts import stop_reason
+
+            end(exit="requeued", reason=stop_reason())
             store.add_event(run_id, "status", state="QUEUED", reason="checkpointed; requeued")
         raise
     except BaseException as e:

@@ -51,9 +51,13 @@ def print_run(store, idx, run_id: str) -> None:
             print(f"input     {role:<10} (from run {ref['run']} output {ref['output']}, when it starts)")
     for name, art in sorted(v.outputs.items()):
         print(f"output    {name:<10} {art}")
+    if v.attempts:
+        print(f"attempts  {len(v.attempts)}" + (f"   one W&B run {v.trackers['wandb_run_id']}" if v.trackers.get("wandb_run_id") else ""))
     for a in v.attempts:
-        took = f"{a['end'] - a['start']:.1f} s" if a.get("end") and a.get("start") else "running"
-        print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}  {_when(a.get('start'))}  {took}  exit {a.get('exit', '-')}")
+        took = f"{a['end'] - a['start']:.1f} s" if a.get("end") and a.get("start") else ("running" if "exit" not in a else "-")
+        why = a.get("reason") or (a.get("error") if a.get("exit") == "error" else None)
+        print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}  {_when(a.get('start'))}  {took}  "
+              f"exit {a.get('exit', '-')}" + (f"  ({why})" if why else ""))
     for name, where in sorted(v.trackers.items()):
         print(f"tracker   {name:<10} {where}")
     if v.metrics:

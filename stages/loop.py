@@ -6,8 +6,12 @@ examples), so the data position is the step number: a resumed run sees the same 
 with another number of ranks (the global batch is fixed; each rank takes its slice).
 
 A checkpoint (`<ctx.checkpoint_dir>/<name>.pt`, replaced atomically) holds the model, optimizer,
-scheduler, RNG states (python, numpy, torch), the step, and the resolved config. On CPU a resumed
-run ends with the same bytes as an uninterrupted one (tests/stages/test_resume_and_ddp.py).
+scheduler, RNG states (python, numpy, torch), the step, the resolved config, and who wrote it: the
+run ID, the config's digest and the input artifact IDs (`ctx.identity()`). Resume refuses, in one
+line naming the file, a checkpoint of another run, config or inputs, one that cannot be read, and
+one whose step would leave nothing to train (`read_checkpoint`): a resumed run never trains on
+someone else's state or exits 0 having trained nothing. On CPU a resumed run ends with the same
+bytes as an uninterrupted one (tests/stages/test_resume_and_ddp.py, test_resume_integrity.py).
 
 Data parallel: every rank runs this loop; DDP averages gradients; the loss_fn normalises by the
 global batch so that the average equals one process on the whole batch. Slurm's signal reaches
@@ -22,6 +26,7 @@ import math
 import random
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from lineage.records import atomic_write
@@ -93,6 +98,49 @@ def _set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
+class ResumeRefused(ValueError):
+    """A checkpoint this run must not resume from; the message is one line naming the file."""
+
+
+def resume_problem(state, expected: dict, steps: int) -> str | None:
+    """Why `state` is not a checkpoint this run (`expected` = ctx.identity()) can resume `steps`
+    steps from, or None."""
+    if not isinstance(state, dict):
+        return "is not a training checkpoint"
+    if "run_id" not in state:
+        return "names no run (written before checkpoints carried their run ID)"
+    if state["run_id"] != expected["run_id"]:
+        return f"belongs to run {state['run_id']}, not to this run {expected['run_id']}"
+    if state.get("config_digest") != expected["config_digest"]:
+        return f"was written with another config ({state.get('config_digest')}; this run's is {expected['config_digest']})"
+    if state.get("inputs") != expected["inputs"]:
+        theirs, ours = state.get("inputs") or {}, expected["inputs"]
+        roles = sorted(r for r in set(theirs) | set(ours) if theirs.get(r) != ours.get(r))
+        return f"was trained on other inputs (role {', '.join(roles)})"
+    step = state.get("step")
+    if type(step) is not int or step < 0:
+        return f"has no valid step ({step!r})"
+    if step >= steps:
+        return (f"is at step {step} of {steps}: resuming would train nothing, yet this run never "
+                f"registered its outputs")
+    return None
+
+
+def read_checkpoint(path: Path, expected: dict, steps: int) -> dict:
+    """The checkpoint at `path` if this run may resume from it; else ResumeRefused (one line)."""
+    import torch
+
+    try:
+        state = torch.load(path, weights_only=False, map_location="cpu")
+    except Exception as e:  # truncated, not a torch file, unpicklable: all the same to a resume
+        raise ResumeRefused(f"checkpoint {path} cannot be read ({type(e).__name__}); "
+                            f"remove it to start this run over") from None
+    problem = resume_problem(state, expected, steps)
+    if problem:
+        raise ResumeRefused(f"checkpoint {path} {problem}; remove it to start this run over")
+    return state
+
+
 def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
     """Train `model` for `schedule.steps` steps; returns the trained (unwrapped) model in eval mode.
 
@@ -114,10 +162,9 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
     # Resume: every rank reads the checkpoint rank 0 wrote (the run folder is shared).
     ckpt = ctx.checkpoint_dir / f"{name}.pt"
     start = 0
+    identity = ctx.identity()
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        if state.get("config") not in (None, ctx.config):
-            raise ValueError(f"{ckpt} was written with another config; remove it to start over")
+        state = read_checkpoint(ckpt, identity, schedule.steps)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -131,7 +178,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         metrics at that step, which `jobs gc --keep-top-k` prunes by a metric."""
         if ctx.dist.is_main:
             buf = io.BytesIO()
-            torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            torch.save({**identity, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(), "rng": _rng_state(), "config": ctx.config,
                         "world_size": ctx.dist.world_size}, buf)
             atomic_write(ckpt, buf.getvalue())

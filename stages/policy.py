@@ -122,26 +122,27 @@ class PolicyTrainer:
         lm.save_model(self.policy, self.tokenizer, Path(folder))
         return folder
 
-    def save_checkpoint(self, path: str, step: int, config: dict) -> None:
+    def save_checkpoint(self, path: str, step: int, identity: dict, config: dict) -> None:
+        """Trainer state + step, with who wrote it (ctx.identity(): run ID, config digest, inputs)."""
         import torch
 
         from lineage.records import atomic_write
         from stages.loop import _rng_state
 
         buf = io.BytesIO()
-        torch.save({"step": step, "model": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+        torch.save({**identity, "step": step, "model": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(), "rng": _rng_state(), "config": config}, buf)
         atomic_write(Path(path), buf.getvalue())
 
-    def load_checkpoint(self, path: str, config: dict) -> int:
-        """Restore a checkpoint of the same config; returns its step."""
-        import torch
+    def load_checkpoint(self, path: str, identity: dict) -> int | str:
+        """Restore a checkpoint of this run, config and inputs; returns its step, or (a refusal does
+        not cross Ray as a traceback) the one-line reason it was refused."""
+        from stages.loop import ResumeRefused, _set_rng_state, read_checkpoint
 
-        from stages.loop import _set_rng_state
-
-        state = torch.load(path, weights_only=False)
-        if state["config"] != config:
-            raise ValueError(f"{path} was written with another config; remove it to start over")
+        try:
+            state = read_checkpoint(Path(path), identity, self.schedule.steps)
+        except ResumeRefused as e:
+            return str(e)
         self.policy.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

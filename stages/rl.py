@@ -114,8 +114,12 @@ def run(ctx) -> dict[str, Path]:
              log_to_driver=False, configure_logging=False)
     try:
         actors = Actors(cfg, policy_dir, ctx.input("reward_model"), seed, steps, ctx.checkpoint_dir / "refit")
-        ckpt = ctx.checkpoint_dir / "rl.pt"
-        start = ray.get(actors.trainer.load_checkpoint.remote(str(ckpt), ctx.config)) if ckpt.exists() else 0
+        ckpt, identity = ctx.checkpoint_dir / "rl.pt", ctx.identity()
+        start = ray.get(actors.trainer.load_checkpoint.remote(str(ckpt), identity)) if ckpt.exists() else 0
+        if isinstance(start, str):  # another run's, config's or inputs', or nothing left to train
+            from stages.loop import ResumeRefused
+
+            raise ResumeRefused(start)
         if start:
             actors.refit()  # the rollout workers start from the SFT weights; bring them to the checkpoint's
         prefs = _jsonl(ctx.input("prefs") / "train.jsonl") if algo == "dpo" and dpo["pairs"] == "offline" else []
@@ -136,7 +140,7 @@ def run(ctx) -> dict[str, Path]:
                 validate(0)
             for step in range(start, steps):
                 if ctx.should_stop():
-                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step, ctx.config))
+                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step, identity, ctx.config))
                     ctx.requeue()
                 t0 = time.perf_counter()
                 stats: dict = {}
@@ -184,7 +188,7 @@ def run(ctx) -> dict[str, Path]:
                 if (step + 1) % grpo["val_period"] == 0 or step + 1 == steps:
                     validate(step + 1)
                 if (step + 1) % cfg["checkpointing"]["save_period"] == 0 and step + 1 < steps:
-                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step + 1, ctx.config))
+                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step + 1, identity, ctx.config))
             out = actors.call("save_weights", str(ctx.output_dir("model")))
     finally:
         ray.shutdown()

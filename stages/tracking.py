@@ -4,14 +4,22 @@
         ...train...                  # closed on the way out, also on Requeue or an error
 
 `tracking.wandb: offline|online|disabled` and `tracking.tensorboard: true|false` in the recipe's
-common.yaml choose them. Offline W&B never touches the network: the run is written under
-`<run_dir>/wandb/offline-run-…` (`wandb sync` uploads it later) and its path goes into the run
-record as the `wandb` tracker link.
+common.yaml choose them. One run, one story: every attempt of a run (a requeue after preemption or
+the time limit, a restart after a node failure) logs to the same W&B run (its ID derived from the
+run ID, `resume="allow"`) and the same TensorBoard folder (`<run_dir>/tensorboard`), while each
+attempt keeps its own log folder `<run_dir>/attempts/<n>/` (its `stage.log`, `attempt.json` and
+its W&B files). Offline W&B never touches the network: attempt n writes
+`<run_dir>/attempts/<n>/wandb/offline-run-…-<id>/`; `wandb sync` of them all continues one run.
+The W&B run ID and folder go into the run record as the `wandb_run_id` and `wandb` tracker links.
 """
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
+import re
+import socket
 import time
 from pathlib import Path
 
@@ -54,16 +62,22 @@ class WandB:
         self.run.finish(exit_code=1 if failed else 0)
 
 
+def wandb_run_id(run_id: str) -> str:
+    """The one W&B run ID of a run, whatever the attempt (W&B IDs take letters, digits, - and _)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", run_id)[:64]
+
+
 def _wandb(ctx, mode: str, project: str) -> tuple[WandB, str]:
-    """A W&B run for this attempt; offline mode sets WANDB_MODE so nothing tries the network."""
+    """The run's W&B run, resumed by ID from the second attempt on; offline mode sets WANDB_MODE so
+    nothing tries the network, and writes under this attempt's folder."""
     os.environ["WANDB_MODE"] = mode
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
     t0 = time.perf_counter()
     run = wandb.init(
-        mode=mode, dir=str(ctx.run_dir), project=project, group=ctx.run_id,
-        name=f"{ctx.stage}-{ctx.run_id[:13]}", id=f"{ctx.run_id}-a{ctx.attempt}",
+        mode=mode, dir=str(ctx.attempt_dir), project=project, group=ctx.run_id,
+        name=f"{ctx.stage}-{ctx.run_id[:13]}", id=wandb_run_id(ctx.run_id), resume="allow",
         job_type=ctx.stage, config=ctx.config, tags=[ctx.recipe, ctx.stage],
         # No system-metrics sampler, no console capture: both cost start-up time and threads.
         settings=wandb.Settings(console="off", x_disable_stats=True, x_disable_meta=True),
@@ -81,7 +95,9 @@ def session(ctx):
     if mode not in MODES:
         raise ValueError(f"tracking.wandb must be one of {', '.join(MODES)} (got {mode!r})")
     trackers = []
+    log_handler = None
     if ctx.dist.is_main:
+        log_handler = _attempt_log(ctx, mode)
         if cfg.get("tensorboard", True):
             tb = TensorBoard(ctx.run_dir / "tensorboard")
             ctx.add_tracker(tb, link=("tensorboard", str(ctx.run_dir / "tensorboard")))
@@ -89,6 +105,7 @@ def session(ctx):
         if mode != "disabled":
             wb, where = _wandb(ctx, mode, cfg.get("project", f"jobs-{ctx.recipe}"))
             ctx.add_tracker(wb, link=("wandb", where))
+            ctx.links["wandb_run_id"] = wb.run.id
             trackers.append(wb)
     failed = False
     try:
@@ -101,3 +118,23 @@ def session(ctx):
     finally:
         for t in trackers:
             t.close(failed=failed)
+        if log_handler is not None:
+            logging.getLogger().removeHandler(log_handler)
+            log_handler.close()
+
+
+def _attempt_log(ctx, mode: str) -> logging.Handler:
+    """This attempt's folder: attempt.json (who ran it, when, the W&B run it logs to) and stage.log
+    (Python logging of this attempt, warnings included)."""
+    folder = ctx.attempt_dir
+    (folder / "attempt.json").write_text(json.dumps({
+        "run": ctx.run_id, "attempt": ctx.attempt, "host": socket.gethostname(), "pid": os.getpid(),
+        "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
+        "start": time.time(), "wandb_run_id": None if mode == "disabled" else wandb_run_id(ctx.run_id),
+        "tensorboard": str(ctx.run_dir / "tensorboard")}, sort_keys=True, indent=1) + "\n")
+    handler = logging.FileHandler(folder / "stage.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    logging.getLogger().addHandler(handler)
+    logging.captureWarnings(True)
+    return handler
