@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -23,6 +23,7 @@ class Image:
     name: str          # logical name, e.g. "nemo-rl"
     image: str         # registry/repo:tag
     digest: str | None  # sha256:…, None when not pinned
+    libraries: dict = field(default_factory=dict, compare=False, hash=False)  # what the image carries, e.g. {megatron_bridge: nano-v3}
 
     @property
     def pinned(self) -> bool:
@@ -55,7 +56,8 @@ def load_lock(path: Path | None = None) -> dict[str, Image]:
         return {}
     raw = yaml.safe_load(path.read_text()) or {}
     raw = raw.get("images", raw)
-    return {name: Image(name, entry["image"], entry.get("digest") or None) for name, entry in raw.items()}
+    return {name: Image(name, entry["image"], entry.get("digest") or None, dict(entry.get("libraries") or {}))
+            for name, entry in raw.items()}
 
 
 def resolve(name: str, allow_unpinned: bool = False) -> Image:

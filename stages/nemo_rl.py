@@ -1,103 +1,272 @@
-"""Run nano3's rl stage with NeMo RL inside the `nemo-rl` container (never run here: no GPU).
+"""Run nano3's rl and rm stages with NeMo RL inside the `nemo-rl` container (never run here: no GPU).
 
-`rl.backend: nemo_rl`. Our `rl:` section already uses NeMo RL's section names (grpo, loss_fn,
-dpo, policy, env, checkpointing), so translation only adds what the job knows and the recipe
-cannot: the allocation (cluster), the input paths (policy, data, reward model), where to write
-(checkpoints, logs), and drops our own keys (backend, algorithm). Rank 0 runs NeMo RL's driver
-script against the Ray cluster the job started (RAY_ADDRESS is set; NeMo RL attaches to it), then
-converts the last checkpoint to a HF folder, the stage's `model` output.
+`rl.backend: nemo_rl` / `rm.backend: nemo_rl`. Our sections already use NeMo RL's section names
+(grpo, loss_fn, dpo, rm, policy, env, checkpointing), so translation adds what the job knows and
+the recipe cannot: the parent config (`defaults:` examples/configs/*.yaml in the image, which
+fills every key we do not set), the data keys the driver reads, the allocation (cluster), input
+paths, where to write; and drops our own keys (backend, algorithm) and the other algorithm's
+sections. Every key is checked at submit against the MasterConfig of the NeMo RL version the
+image carries (containers.lock -> upstream_fields.yaml). Drivers: run_grpo_math.py (env: math),
+run_grpo_rm.py (env: reward_model), run_dpo.py, run_rm.py. Rank 0 runs the driver against the Ray
+cluster the job started (RAY_ADDRESS is set; NeMo RL attaches to it), then converts the last
+checkpoint to a HF folder, the stage's output.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 #: Where the NeMo RL checkout lives in the nemo-rl image (v0.4.0.nemotron_3_nano).
 REPO = Path("/opt/nemo-rl")
-SCRIPTS = {"grpo": "examples/run_grpo_math.py", "dpo": "examples/run_dpo.py"}
 OURS = ("backend", "algorithm")
 
 
-def translate(rl: dict[str, Any], *, policy: Path, prompts: Path, prefs: Path, reward_model: Path,
-              nodes: int, gpus_per_node: int, run_dir: Path, wandb: str) -> dict[str, Any]:
-    """Our `rl:` section -> a NeMo RL config (plain dict, written as YAML next to the run)."""
-    cfg = {k: v for k, v in rl.items() if k not in OURS}
-    policy_cfg = dict(cfg["policy"], model_name=str(policy), tokenizer={"name": str(policy)})
-    env = dict(cfg.get("env", {}))
-    if "reward_model" in env:
-        env["reward_model"] = dict(env["reward_model"], model_name=str(reward_model))
-    data = ({"train_data_path": str(prompts / "train.jsonl"), "val_data_path": str(prompts / "validation.jsonl")}
-            if rl["algorithm"] == "grpo" else
-            {"train_data_path": str(prefs / "train.jsonl"), "val_data_path": str(prefs / "validation.jsonl")})
+@dataclass(frozen=True)
+class Driver:
+    script: str      # examples/run_*.py in the image
+    defaults: str    # the parent YAML our config inherits (NeMo RL's load_config `defaults:`)
+    keys: str        # which MasterConfig's key list in upstream_fields.yaml applies
+
+
+# Which driver runs what. run_grpo_math.py sends every prompt to the math env and run_grpo_rm.py
+# every prompt to the reward model env: a mix of the two has no driver at NeMo RL 0.4.0.
+DRIVERS = {
+    "grpo/math": Driver("examples/run_grpo_math.py", "examples/configs/grpo_math_1B.yaml", "grpo"),
+    "grpo/reward_model": Driver("examples/run_grpo_rm.py", "examples/configs/grpo_rm_1B.yaml", "grpo"),
+    "dpo": Driver("examples/run_dpo.py", "examples/configs/dpo.yaml", "dpo"),
+    "rm": Driver("examples/run_rm.py", "examples/configs/rm.yaml", "rm"),
+}
+# Keys the data loaders read beyond the DataConfig TypedDict (nemo_rl/data/datasets/*/__init__.py
+# at v0.4.0: get_extra_kwargs(data_config, ["val_data_path", "input_key", ...])).
+LOADER_KEYS = ("data.val_data_path", "data.train_split", "data.val_split")
+
+
+class NemoRLError(ValueError):
+    """The stage config cannot become a NeMo RL run; the message lists every problem."""
+
+
+def version() -> str:
+    from stages.megatron.config import TranslationError, image_version
+
+    try:
+        return image_version("nemo-rl", "nemo_rl")
+    except TranslationError as e:
+        raise NemoRLError(str(e)) from None
+
+
+def upstream(ver: str) -> dict:
+    from stages.megatron.config import upstream as fields
+
+    versions = fields()["nemo_rl"]
+    if ver not in versions:
+        raise NemoRLError(f"NeMo RL {ver!r} has no key list in upstream_fields.yaml (known: {', '.join(versions)})")
+    return versions[ver]
+
+
+def driver_for(kind: str, env: dict | None = None) -> Driver:
+    """`kind`: grpo, dpo or rm. GRPO picks its driver by the one environment the config runs."""
+    if kind != "grpo":
+        return DRIVERS[kind]
+    names = sorted(env or {})
+    if len(names) != 1 or f"grpo/{names[0]}" not in DRIVERS:
+        raise NemoRLError(f"rl.env must name exactly one of math, reward_model (got {', '.join(names) or 'none'}): "
+                          "NeMo RL 0.4.0's run_grpo_math.py scores every prompt with the math verifier and "
+                          "run_grpo_rm.py every prompt with the reward model, so a mix would be mis-scored")
+    return DRIVERS[f"grpo/{names[0]}"]
+
+
+def unknown_keys(cfg: dict, drv: Driver, ver: str, where: str) -> list[str]:
+    """Key paths of `cfg` that NeMo RL `ver`'s MasterConfig (and data loaders) do not have. A key
+    under a known leaf (a dict-typed field such as vllm_kwargs or env.*) is accepted."""
+    import difflib
+
+    known = set(upstream(ver)["drivers"][drv.keys]["keys"]) | set(LOADER_KEYS)
+    parents = {k.rsplit(".", 1)[0] for k in known if "." in k}
+    leaves = known - parents
+
+    def walk(d: dict, prefix: str) -> list[str]:
+        out = []
+        for key, value in d.items():
+            path = f"{prefix}{key}"
+            if path not in known:
+                near = difflib.get_close_matches(path, sorted(known), n=2)
+                out.append(f"{where}.{path}: NeMo RL {ver} has no such key" + (f" (did you mean {', '.join(near)}?)" if near else ""))
+            elif isinstance(value, dict) and path not in leaves:
+                out += walk(value, f"{path}.")
+        return out
+
+    return walk({k: v for k, v in cfg.items() if k != "defaults"}, "")
+
+
+def _common(nodes: int, gpus_per_node: int, run_dir: Path, wandb: str, checkpointing: dict) -> dict:
     return {
-        **cfg, "policy": policy_cfg, "env": env, "data": data,
         "cluster": {"num_nodes": nodes, "gpus_per_node": gpus_per_node},
-        "checkpointing": dict(cfg.get("checkpointing", {}), enabled=True, checkpoint_dir=str(run_dir / "checkpoints" / "nemo_rl")),
+        "checkpointing": dict(checkpointing, enabled=True, checkpoint_dir=str(run_dir / "checkpoints" / "nemo_rl")),
         "logger": {"log_dir": str(run_dir / "nemo_rl_logs"), "wandb_enabled": wandb != "disabled",
                    "tensorboard_enabled": True, "wandb": {"project": "jobs-nano3", "name": run_dir.name}},
     }
 
 
-def command(algorithm: str, config_path: Path, python: str = sys.executable) -> list[str]:
+def translate(rl: dict[str, Any], *, policy: Path, prompts: Path, prefs: Path, reward_model: Path,
+              nodes: int, gpus_per_node: int, run_dir: Path, wandb: str) -> tuple[Driver, dict[str, Any]]:
+    """Our `rl:` section -> (driver, NeMo RL config): the parent YAML in `defaults:`, the sections of
+    the chosen algorithm only, and the data keys its driver reads."""
+    algorithm = rl["algorithm"]
+    policy_cfg = dict(rl["policy"], model_name=str(policy), tokenizer={"name": str(policy)})
+    seq = policy_cfg.get("max_total_sequence_length")
+    if algorithm == "grpo":
+        drv = driver_for("grpo", rl.get("env"))
+        env = {k: dict(v) for k, v in rl["env"].items()}
+        if "reward_model" in env:
+            env["reward_model"].update(enabled=True, model_name=str(reward_model), tokenizer={"name": str(reward_model)},
+                                       checkpoint_path=None)
+        sections = {"grpo": rl["grpo"], "loss_fn": rl.get("loss_fn", {}), "env": env}
+        data = {"dataset_name": "ResponseDataset", "train_data_path": str(prompts / "train.jsonl"),
+                "val_data_path": str(prompts / "validation.jsonl"), "input_key": "prompt", "output_key": "answer",
+                "prompt_file": None, "system_prompt_file": None, "max_input_seq_length": seq}
+    else:
+        drv = driver_for("dpo")
+        sections = {"dpo": rl["dpo"]}
+        data = {"dataset_name": "PreferenceDataset", "train_data_path": str(prefs / "train.jsonl"),
+                "val_data_paths": {"heldout": str(prefs / "validation.jsonl")}, "max_input_seq_length": seq}
+    cfg = {"defaults": str(REPO / drv.defaults), **sections, "policy": policy_cfg, "data": data,
+           **_common(nodes, gpus_per_node, run_dir, wandb, rl.get("checkpointing", {}))}
+    return drv, cfg
+
+
+def translate_rm(rm: dict[str, Any], *, model: Path, prefs: Path, nodes: int, gpus_per_node: int, run_dir: Path,
+                 wandb: str) -> tuple[Driver, dict[str, Any]]:
+    """Our `rm:` section (NeMo RL's `rm:` keys plus `policy` and `checkpointing`) -> run_rm.py's config."""
+    drv = driver_for("rm")
+    own = {k: v for k, v in rm.items() if k not in OURS + ("policy", "checkpointing")}
+    policy_cfg = dict(rm["policy"], model_name=str(model), tokenizer={"name": str(model)})
+    policy_cfg["reward_model_cfg"] = dict(policy_cfg.get("reward_model_cfg", {}), enabled=True)
+    data = {"dataset_name": "PreferenceDataset", "train_data_path": str(prefs / "train.jsonl"),
+            "val_data_paths": {"heldout": str(prefs / "validation.jsonl")},
+            "max_input_seq_length": policy_cfg.get("max_total_sequence_length")}
+    cfg = {"defaults": str(REPO / drv.defaults), "rm": own, "policy": policy_cfg, "data": data,
+           **_common(nodes, gpus_per_node, run_dir, wandb, rm.get("checkpointing", {}))}
+    return drv, cfg
+
+
+def command(drv: Driver, config_path: Path, python: str = sys.executable) -> list[str]:
     """The driver command; NeMo RL reads overrides from the config file only (nothing on the line)."""
-    return [python, str(REPO / SCRIPTS[algorithm]), "--config", str(config_path)]
+    return [python, str(REPO / drv.script), "--config", str(config_path)]
 
 
-def export_command(step_dir: Path, out: Path) -> list[str]:
-    """Megatron checkpoint of the last step -> HF folder (NeMo RL's converter)."""
-    weights = sorted((step_dir / "policy" / "weights").glob("iter_*"))[-1]
-    return [sys.executable, str(REPO / "examples/converters/convert_megatron_to_hf.py"),
-            "--config", str(step_dir / "config.yaml"), "--megatron-ckpt-path", str(weights), "--hf-ckpt-path", str(out)]
+def export_command(step_dir: Path, out: Path, megatron: bool = True) -> list[str]:
+    """The last step's checkpoint -> HF folder (NeMo RL's converters: Megatron or DCP/DTensor)."""
+    if megatron:
+        weights = sorted((step_dir / "policy" / "weights").glob("iter_*"))[-1]
+        return [sys.executable, str(REPO / "examples/converters/convert_megatron_to_hf.py"),
+                "--config", str(step_dir / "config.yaml"), "--megatron-ckpt-path", str(weights), "--hf-ckpt-path", str(out)]
+    return [sys.executable, str(REPO / "examples/converters/convert_dcp_to_hf.py"), "--config", str(step_dir / "config.yaml"),
+            "--dcp-ckpt-path", str(step_dir / "policy" / "weights"), "--hf-ckpt-path", str(out)]
 
 
-def preview(config: dict[str, Any], resources: dict[str, Any]) -> str:
+def _placeholders(stage: str, resources: dict, config: dict) -> dict:
+    return {"nodes": int(resources.get("nodes", 1)), "gpus_per_node": int(resources.get("gpus_per_node", 0) or 0),
+            "run_dir": Path(f"<run {stage}>"), "wandb": (config.get("tracking", {}) or {}).get("wandb", "offline")}
+
+
+def render(config: dict[str, Any], stage: str, resources: dict[str, Any]) -> tuple[Driver, dict[str, Any]]:
+    """The config a submit would write, with placeholder input paths."""
+    p = _placeholders(stage, resources, config)
+    if stage == "rm":
+        return translate_rm(config["rm"], model=Path("<input model>"), prefs=Path("<input data>"), **p)
+    return translate(config["rl"], policy=Path("<input policy>"), prompts=Path("<input prompts>"),
+                     prefs=Path("<input prefs>"), reward_model=Path("<input reward_model>"), **p)
+
+
+def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] | None) -> list[str]:
+    """For `jobs submit`: every key the image's NeMo RL lacks, a GRPO env mix no driver serves,
+    and a policy layout that does not divide the allocation's GPUs."""
+    try:
+        ver = version()
+        drv, cfg = render(config, stage, resources or {})
+    except NemoRLError as e:
+        return [str(e)]
+    except (KeyError, TypeError) as e:
+        return [f"{stage}: the config lacks or mistypes {e}"]
+    problems = unknown_keys(cfg, drv, ver, stage)
+    gpus = cfg["cluster"]["num_nodes"] * cfg["cluster"]["gpus_per_node"]
+    pol = cfg["policy"]
+    for name in ("megatron_cfg", "dtensor_cfg"):
+        layout = pol.get(name) or {}
+        if not layout.get("enabled") or not gpus:
+            continue
+        if stage == "rl" and "reward_model" in cfg.get("env", {}):
+            res = cfg["env"]["reward_model"].get("resources", {})
+            gpus -= int(res.get("num_nodes", 0)) * int(res.get("gpus_per_node", 0))
+        size = 1
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                    "tensor_parallel_size"):
+            v = layout.get(key, 1)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                problems.append(f"{stage}.policy.{name}.{key} must be an integer >= 1 (got {v!r})")
+                v = 1
+            size *= v
+        if gpus % size:
+            problems.append(f"{stage}.policy.{name}: {gpus} GPUs are not a multiple of the model-parallel size {size}")
+    return problems
+
+
+def preview(config: dict[str, Any], resources: dict[str, Any], stage: str = "rl") -> str:
     """The rendered NeMo RL config (placeholder paths) and command, and the generation layout."""
     import yaml
 
-    rl = config["rl"]
-    runs = Path("<run rl>")
-    cfg = translate(rl, policy=Path("<input policy>"), prompts=Path("<input prompts>"), prefs=Path("<input prefs>"),
-                    reward_model=Path("<input reward_model>"), nodes=int(resources.get("nodes", 1)),
-                    gpus_per_node=int(resources.get("gpus_per_node", 0)), run_dir=runs,
-                    wandb=config.get("tracking", {}).get("wandb", "offline"))
-    gen = cfg["policy"].get("generation", {})
-    vllm = gen.get("vllm_cfg", {})
-    layout = (f"generation: {gen.get('backend')} colocated={gen.get('colocated', {}).get('enabled')} "
-              f"tensor_parallel_size={vllm.get('tensor_parallel_size')} "
-              f"gpu_memory_utilization={vllm.get('gpu_memory_utilization')}; "
-              f"cluster: {cfg['cluster']['num_nodes']} nodes x {cfg['cluster']['gpus_per_node']} GPUs")
-    return "\n".join([f"rank 0 runs: {' '.join(command(rl['algorithm'], runs / 'nemo_rl.yaml', 'python3'))}", layout,
-                      f"{runs / 'nemo_rl.yaml'}:", yaml.safe_dump(cfg, sort_keys=False)])
+    drv, cfg = render(config, stage, resources)
+    runs = Path(f"<run {stage}>")
+    lines = [f"NeMo RL {version()} ({upstream(version())['source']})",
+             f"rank 0 runs: {' '.join(command(drv, runs / 'nemo_rl.yaml', 'python3'))}"]
+    gen = cfg["policy"].get("generation") or {}
+    if gen:
+        vllm = gen.get("vllm_cfg", {})
+        lines.append(f"generation: {gen.get('backend')} colocated={gen.get('colocated', {}).get('enabled')} "
+                     f"tensor_parallel_size={vllm.get('tensor_parallel_size')} "
+                     f"gpu_memory_utilization={vllm.get('gpu_memory_utilization')}")
+    lines.append(f"cluster: {cfg['cluster']['num_nodes']} nodes x {cfg['cluster']['gpus_per_node']} GPUs")
+    return "\n".join(lines + [f"{runs / 'nemo_rl.yaml'}:", yaml.safe_dump(cfg, sort_keys=False)])
 
 
-def run_stage(ctx) -> dict[str, Path]:
+def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
+    """rl: GRPO/DPO -> the policy (`model`); rm: Bradley-Terry training -> `reward_model`."""
     import yaml
 
     try:
         import nemo_rl  # noqa: F401  (only: is it installed?)
     except ImportError:
-        raise RuntimeError("rl with backend nemo_rl runs in the pinned nemo-rl container "
+        raise RuntimeError(f"{stage} with backend nemo_rl runs in the pinned nemo-rl container "
                            "(nemo_rl is not installed here)") from None
     if not ctx.dist.is_main:
         return {}  # the other nodes only host Ray workers
-    rl = ctx.config["rl"]
     gpus = int(os.environ.get("SLURM_GPUS_ON_NODE") or os.environ.get("SLURM_GPUS_PER_NODE") or 8)
-    cfg = translate(rl, policy=ctx.input("policy"), prompts=ctx.input("prompts"), prefs=ctx.input("prefs"),
-                    reward_model=ctx.input("reward_model"), nodes=max(1, len(ctx.dist.nodes)), gpus_per_node=gpus,
-                    run_dir=ctx.run_dir, wandb=ctx.config.get("tracking", {}).get("wandb", "offline"))
+    where = dict(nodes=max(1, len(ctx.dist.nodes)), gpus_per_node=gpus, run_dir=ctx.run_dir,
+                 wandb=ctx.config.get("tracking", {}).get("wandb", "offline"))
+    if stage == "rm":
+        section = ctx.config["rm"]
+        drv, cfg = translate_rm(section, model=ctx.input("model"), prefs=ctx.input("data"), **where)
+        max_steps, output, megatron = section.get("max_num_steps", -1), "reward_model", False
+    else:
+        section = ctx.config["rl"]
+        drv, cfg = translate(section, policy=ctx.input("policy"), prompts=ctx.input("prompts"), prefs=ctx.input("prefs"),
+                             reward_model=ctx.input("reward_model"), **where)
+        max_steps, output = section[section["algorithm"]]["max_num_steps"], "model"
+        megatron = bool((cfg["policy"].get("megatron_cfg") or {}).get("enabled"))
     path = ctx.run_dir / "nemo_rl.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     # NeMo RL saves by itself before checkpointing.checkpoint_must_save_by and exits; the requeued
     # job resumes from the same checkpoint_dir.
-    subprocess.run(command(rl["algorithm"], path), check=True, cwd=REPO)
+    subprocess.run(command(drv, path), check=True, cwd=REPO)
     steps = sorted(Path(cfg["checkpointing"]["checkpoint_dir"]).glob("step_*"), key=lambda p: int(p.name[5:]))
     if not steps:
         raise RuntimeError(f"NeMo RL wrote no checkpoint under {cfg['checkpointing']['checkpoint_dir']}")
-    if int(steps[-1].name[5:]) < rl[rl["algorithm"]]["max_num_steps"]:
+    if max_steps > 0 and int(steps[-1].name[5:]) < max_steps:
         ctx.requeue()  # stopped at its own deadline: resume in the next attempt
-    out = ctx.output_dir("model")
-    subprocess.run(export_command(steps[-1], out), check=True, cwd=REPO)
-    return {"model": out}
+    out = ctx.output_dir(output)
+    subprocess.run(export_command(steps[-1], out, megatron=megatron), check=True, cwd=REPO)
+    return {output: out}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from jobs.schema import Float, Int, Map, Str, check
 from stages import batches, lm, tracking
 from stages.loop import Schedule, train
 from stages.losses import causal_lm_loss
@@ -29,6 +30,40 @@ def pack(rows: list[list[int]], block: int, seed: int) -> list[list[int]]:
     random.Random(seed).shuffle(order)
     stream = [t for i in order for t in rows[i]]
     return [stream[i:i + block] for i in range(0, len(stream) - block + 1, block)]
+
+
+BACKENDS = ("torch", "megatron")
+TORCH = Map({
+    "backend": Str(choices=BACKENDS),
+    "model": Map({k: Int(1, 1 << 20) for k in lm.ARCH_KEYS}, extra=True),
+    "steps": Int(1, 10**9), "batch_size": Int(1, 1 << 20), "lr": Float(0, 1, open_lo=True),
+}, extra=True)
+
+
+def check_config(config: dict, resources: dict | None = None) -> list[str]:
+    """Every problem with the `pretrain:` section, before submit. `backend: megatron` is translated
+    for the Megatron-Bridge version the nemo image carries (stages/megatron): unknown keys, keys
+    that version lacks, GPU layout and batch divisibility against `resources`."""
+    cfg = config.get("pretrain")
+    if not isinstance(cfg, dict):
+        return ["the config has no pretrain: section"]
+    if cfg.get("backend", "torch") == "megatron":
+        from stages.megatron import launch
+
+        return launch.check_config(config, "pretrain", resources)
+    problems = check(cfg, TORCH, "pretrain")
+    if not problems:
+        problems = lm.arch_problems(cfg["model"])
+    return problems
+
+
+def preview(config: dict, resources: dict) -> str | None:
+    """For `jobs submit --dry-run`: the Megatron-Bridge overrides and recipe a megatron job runs."""
+    if config["pretrain"].get("backend") != "megatron":
+        return None
+    from stages.megatron import launch
+
+    return launch.preview(config, "pretrain", resources)
 
 
 def run(ctx) -> dict[str, Path]:

@@ -38,11 +38,14 @@ from stages.rollout import BACKENDS
 ALGORITHMS = ("grpo", "dpo")
 
 
-def check_config(config: dict) -> list[str]:
-    """Every problem with the `rl:` section, for one error message (called by `jobs submit` too)."""
+def check_config(config: dict, resources: dict | None = None) -> list[str]:
+    """Every problem with the `rl:` section, for one error message (called by `jobs submit` too).
+    `backend: nemo_rl`: the rendered NeMo RL config against the image's NeMo RL (stages/nemo_rl.py)."""
     cfg = config["rl"]
     if cfg.get("backend", "torch") == "nemo_rl":
-        return []
+        from stages import nemo_rl
+
+        return nemo_rl.check_config(config, "rl", resources)
     problems = [] if cfg.get("backend", "torch") == "torch" else [f"rl.backend must be torch or nemo_rl (got {cfg['backend']!r})"]
     if cfg["algorithm"] not in ALGORITHMS:
         problems.append(f"rl.algorithm must be grpo or dpo (got {cfg['algorithm']!r})")
@@ -68,7 +71,7 @@ def preview(config: dict, resources: dict) -> str | None:
         return None
     from stages import nemo_rl
 
-    return nemo_rl.preview(config, resources)
+    return nemo_rl.preview(config, resources, "rl")
 
 
 def shards(items: list, k: int) -> list[list]:

@@ -5,6 +5,8 @@ Inputs:  model (model: the SFT causal LM folder)
 Outputs: reward_model (reward-model: the fine-tuned LM in HF format + reward_head.safetensors;
                        `load_reward_model(folder)` gives the scorer a later stage (RL) uses)
 Launch:  jobs submit tiny --stage rm [rm.steps=600 rm.loglik=false]
+Backend: `rm.backend: torch` trains here on CPU; `nemo_rl` (nano3) runs NeMo RL's run_rm.py in its
+         container (stages/nemo_rl.py).
 
     reward(prompt, response) = head(h_last) [+ alpha * log p(response <eos> | prompt)]
 
@@ -99,11 +101,43 @@ def held_out_accuracy(model, tokenizer, pairs: list[dict]) -> dict[str, float]:
     return {"accuracy": acc(*full), "head_only_accuracy": acc(hc, hr), "loglik_only_accuracy": acc(lc, lr)}
 
 
+def check_config(config: dict, resources: dict | None = None) -> list[str]:
+    """Every problem with the `rm:` section before submit; `backend: nemo_rl` renders NeMo RL's
+    reward-model config and checks it against the image's NeMo RL (stages/nemo_rl.py)."""
+    cfg = config.get("rm")
+    if not isinstance(cfg, dict):
+        return ["the config has no rm: section"]
+    backend = cfg.get("backend", "torch")
+    if backend == "nemo_rl":
+        from stages import nemo_rl
+
+        return nemo_rl.check_config(config, "rm", resources)
+    if backend != "torch":
+        return [f"rm.backend must be torch or nemo_rl (got {backend!r})"]
+    from jobs.schema import Float, Int, Map, check
+
+    return check(cfg, Map({"held_out": Float(0, 1, open_lo=True, open_hi=True), "batch_size": Int(1, 1 << 20),
+                           "steps": Int(1, 10**9), "lr": Float(0, 1, open_lo=True)}, extra=True), "rm")
+
+
+def preview(config: dict, resources: dict) -> str | None:
+    """For `jobs submit --dry-run`: the NeMo RL reward-model config and command a nemo_rl job runs."""
+    if config["rm"].get("backend") != "nemo_rl":
+        return None
+    from stages import nemo_rl
+
+    return nemo_rl.preview(config, resources, "rm")
+
+
 def run(ctx) -> dict[str, Path]:
     from safetensors.torch import save_file
     import torch
 
     cfg = ctx.config["rm"]
+    if cfg.get("backend", "torch") == "nemo_rl":
+        from stages import nemo_rl
+
+        return nemo_rl.run_stage(ctx, "rm")
     # Fail fast.
     problems = []
     if not 0 < cfg["held_out"] < 1:

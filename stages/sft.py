@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from jobs.schema import Float, Int, Map, Str, check
 from stages import batches, lm, tracking
 from stages.loop import Schedule, train
 from stages.losses import causal_lm_loss
@@ -28,6 +29,37 @@ def encode_pairs(tokenizer, pairs: list[dict]) -> tuple[list[list[int]], list[li
     rows = [p + a for p, a in zip(prompts, answers)]
     masks = [[0] * len(p) + [1] * len(a) for p, a in zip(prompts, answers)]
     return rows, masks
+
+
+BACKENDS = ("torch", "megatron")
+TORCH = Map({
+    "backend": Str(choices=BACKENDS),
+    "steps": Int(1, 10**9), "batch_size": Int(1, 1 << 20), "lr": Float(0, 1, open_lo=True),
+}, extra=True)
+
+
+def check_config(config: dict, resources: dict | None = None) -> list[str]:
+    """Every problem with the `sft:` section, before submit. `backend: megatron` is translated
+    for the Megatron-Bridge version the nemo image carries (stages/megatron): unknown keys, keys
+    that version lacks, GPU layout and batch divisibility against `resources`."""
+    cfg = config.get("sft")
+    if not isinstance(cfg, dict):
+        return ["the config has no sft: section"]
+    if cfg.get("backend", "torch") == "megatron":
+        from stages.megatron import launch
+
+        return launch.check_config(config, "sft", resources)
+    problems = check(cfg, TORCH, "sft")
+    return problems
+
+
+def preview(config: dict, resources: dict) -> str | None:
+    """For `jobs submit --dry-run`: the Megatron-Bridge overrides and recipe a megatron job runs."""
+    if config["sft"].get("backend") != "megatron":
+        return None
+    from stages.megatron import launch
+
+    return launch.preview(config, "sft", resources)
 
 
 def run(ctx) -> dict[str, Path]:

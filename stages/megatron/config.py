@@ -2,20 +2,86 @@
 
 Megatron-Bridge is configured by a `ConfigContainer` (megatron.bridge.training.config) whose
 sections are typed dataclasses: `model` (the model provider: parallel layout, sequence length),
-`train` (TrainingConfig), `validation` (ValidationConfig), `optimizer` (OptimizerConfig),
-`scheduler` (SchedulerConfig), `checkpoint` (CheckpointConfig), `logger` (LoggerConfig),
-`dataset` (GPTDatasetConfig for pretraining, FinetuningDatasetConfig for SFT), `tokenizer`
-(TokenizerConfig) and `rng` (RNGConfig). nano3's stage YAMLs use those sections and Bridge's own
-field names; `translate` checks them (unknown keys, GPU layout, batch divisibility — every problem
-in one message) and returns a `BridgeJob`: the Bridge recipe to start from, the HF checkpoint to
-import, and `overrides()`, a nested dict keyed exactly like ConfigContainer, which the rendered
-script applies with Bridge's `process_config_with_overrides`. Field names were read from
-Megatron-Bridge v0.5.1 (and still hold in v0.6.0); see README.md in this folder.
+`train` (TrainingConfig), `optimizer`, `scheduler`, `checkpoint`, `logger`, `dataset`
+(GPTDatasetConfig for pretraining, FinetuningDatasetConfig for SFT), `tokenizer` and `rng`.
+nano3's stage YAMLs use those sections and Bridge's own field names. `translate` checks them —
+every key against the fields the *target Bridge version* has (upstream_fields.yaml, read from
+its source by dev/upstream_fields.py), the GPU layout, batch divisibility — and reports every
+problem in one message, because Bridge itself only logs "Key ... not found ... Skipping" for an
+unknown override and trains on. It returns a `BridgeJob`: the version's recipe, the HF checkpoint
+to import, and `overrides()`, a nested dict keyed exactly like that version's ConfigContainer.
+Which version: the `megatron_bridge` the `nemo` image carries, in containers/containers.lock.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
+
+UPSTREAM = Path(__file__).with_name("upstream_fields.yaml")
+FINETUNING_DATASET = "megatron.bridge.training.config.FinetuningDatasetConfig"
+PACKED_SPECS = "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs"
+ENTRIES = {"pretrain": "megatron.bridge.training.pretrain:pretrain",
+           "sft": "megatron.bridge.training.finetune:finetune"}
+
+
+@lru_cache(maxsize=1)
+def upstream() -> dict:
+    """upstream_fields.yaml: per Bridge / NeMo RL version, the fields it accepts and where they were read."""
+    import yaml
+
+    return yaml.safe_load(UPSTREAM.read_text())
+
+
+def bridge(version: str) -> dict:
+    versions = upstream()["megatron_bridge"]
+    if version not in versions:
+        raise TranslationError(f"Megatron-Bridge {version!r} has no field list in {UPSTREAM.name} "
+                               f"(known: {', '.join(versions)}; add it with dev/upstream_fields.py)")
+    return versions[version]
+
+
+def image_version(container: str = "nemo", library: str = "megatron_bridge") -> str:
+    """The library version the pinned image carries (containers.lock `libraries:`)."""
+    from jobs.containers import load_lock
+
+    image = load_lock().get(container)
+    version = image.libraries.get(library) if image else None
+    if not version:
+        raise TranslationError(f"containers.lock: image {container!r} does not say which {library} it carries "
+                               f"(libraries: {{{library}: VERSION}})")
+    return str(version)
+
+
+def unknown_keys(overrides: dict, version: str, stage: str) -> list[str]:
+    """Every override key (as section.field) the target Bridge version lacks; Bridge would skip it."""
+    b = bridge(version)
+    sections = b["sections"]
+
+    def walk(d: dict, section: str, where: str) -> list[str]:
+        valid = sections.get(section, [])
+        out = []
+        for key, value in d.items():
+            if key == "_target_":
+                continue
+            if key not in valid:
+                near = difflib.get_close_matches(key, valid, n=3)
+                out.append(f"{where}.{key}: Megatron-Bridge {version} has no such field"
+                           + (f" (did you mean {', '.join(near)}?)" if near else ""))
+            elif key == "packed_sequence_specs" and isinstance(value, dict):
+                out += walk(value, "packed_sequence_specs", f"{where}.{key}")
+        return out
+
+    problems = []
+    for section, values in overrides.items():
+        if section not in sections["config_container"]:
+            problems.append(f"{stage}.{section}: Megatron-Bridge {version}'s ConfigContainer has no such section")
+            continue
+        key = f"dataset/{stage}" if section == "dataset" else section
+        problems += walk(values, key, f"{stage}.{section}")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -39,7 +105,7 @@ class TrainSection:      # megatron.bridge.training.config.TrainingConfig
 
 
 @dataclass(frozen=True)
-class ValidationSection:  # megatron.training.config.ValidationConfig (ConfigContainer.validation)
+class ValidationSection:  # ConfigContainer.validation (Bridge >= 0.4), else TrainingConfig's own fields
     eval_interval: int | None = None
     eval_iters: int | None = None
 
@@ -84,33 +150,17 @@ class LoggerSection:     # megatron.bridge.training.config.LoggerConfig
 
 
 @dataclass(frozen=True)
-class DatasetSection:    # GPTDatasetConfig (pretrain) or FinetuningDatasetConfig (sft)
-    seq_length: int
-    data_path: list | None = None          # GPTDatasetConfig.data_path: [weight, prefix, weight, prefix, ...]
-    dataset_root: str | None = None        # FinetuningDatasetConfig.dataset_root
-    packed_sequence_size: int | None = None  # -> FinetuningDatasetConfig.packed_sequence_specs.packed_sequence_size
-
-
-@dataclass(frozen=True)
 class TokenizerSection:  # megatron.bridge.training.tokenizers.config.TokenizerConfig
     tokenizer_model: str
     tokenizer_type: str = "HuggingFaceTokenizer"
 
 
-#: Which Bridge recipe each stage starts from (Nemotron-3-Nano's own, tuned kernels and MoE settings).
-RECIPES = {
-    "pretrain": "megatron.bridge.recipes.nemotronh.nemotron_3_nano:nemotron_3_nano_pretrain_config",
-    "sft": "megatron.bridge.recipes.nemotronh.nemotron_3_nano:nemotron_3_nano_sft_config",
-}
-ENTRIES = {"pretrain": "megatron.bridge.training.pretrain:pretrain",
-           "sft": "megatron.bridge.training.finetune:finetune"}
-
-
 @dataclass(frozen=True)
 class BridgeJob:
-    """One Megatron-Bridge run, in Bridge's own names: what the rendered scripts execute."""
+    """One Megatron-Bridge run, in the target version's own names: what the rendered scripts execute."""
 
     stage: str
+    version: str                 # Megatron-Bridge version the overrides and scripts are rendered for
     recipe: str                  # "module:function" returning a ConfigContainer
     entry: str                   # "module:function": pretrain() or finetune()
     hf_model: str                # what AutoBridge.import_ckpt / from_hf_pretrained read
@@ -124,8 +174,9 @@ class BridgeJob:
     scheduler: SchedulerSection
     checkpoint: CheckpointSection
     logger: LoggerSection
-    dataset: DatasetSection
+    dataset: dict                # the dataset section as rendered (a whole FinetuningDatasetConfig for sft)
     tokenizer: TokenizerSection
+    extra: dict                  # {section: {field: value}}: further fields of the version, passed through
     hf_export: str               # where AutoBridge.export_ckpt writes the HF folder (the stage's output)
     gpus: int
 
@@ -139,65 +190,109 @@ class BridgeJob:
         def clean(d: dict) -> dict:
             return {k: v for k, v in d.items() if v is not None}
 
-        dataset = {"seq_length": self.dataset.seq_length}
-        if self.stage == "pretrain":
-            dataset["data_path"] = self.dataset.data_path
-        else:
-            dataset["dataset_root"] = self.dataset.dataset_root
         result = {
             "model": clean(asdict(self.model)),
             "train": clean(asdict(self.train)),
-            "validation": clean(asdict(self.validation)),
             "optimizer": clean(asdict(self.optimizer)),
             "scheduler": clean(asdict(self.scheduler)),
             "checkpoint": clean(asdict(self.checkpoint)),
             "logger": clean(asdict(self.logger)),
-            "dataset": clean(dataset),
+            "dataset": dict(self.dataset),
             "tokenizer": asdict(self.tokenizer),
             "rng": {"seed": self.seed},
         }
-        if self.stage == "sft":  # None turns the recipe's default packing off
-            size = self.dataset.packed_sequence_size
-            result["dataset"]["packed_sequence_specs"] = {"packed_sequence_size": size} if size else None
+        validation = clean(asdict(self.validation))
+        if "validation" in bridge(self.version)["sections"]["config_container"]:
+            result["validation"] = validation
+        else:                       # Bridge < 0.4: TrainingConfig.eval_interval / eval_iters
+            result["train"].update(validation)
+        for section, values in self.extra.items():
+            result.setdefault(section, {}).update(values)
         return result
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class _NoFields:          # for a section whose keys all pass through (dataset extras)
+    pass
+
+
 class TranslationError(ValueError):
     """The stage config cannot become a Megatron-Bridge run; the message lists every problem."""
 
 
-def _section(cls, values: dict, where: str, problems: list[str], **given) -> Any:
-    """`cls(**values, **given)`, with unknown and missing keys reported instead of raised."""
+def _section(cls, values: dict, where: str, problems: list[str], valid: list[str], extra: dict,
+             **given) -> Any:
+    """`cls(**values, **given)`; keys outside `cls` that the Bridge version has go to `extra`,
+    the rest are reported (with the nearest valid names) instead of raised."""
     names = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        problems.append(f"{where}: unknown key(s) {', '.join(unknown)} (valid: {', '.join(sorted(names - set(given)))})")
+    for key in sorted(set(values) - names):
+        if key in valid and key not in given:
+            extra[key] = values[key]
+        else:
+            near = difflib.get_close_matches(key, sorted(set(valid) | names), n=3)
+            problems.append(f"{where}.{key}: unknown key" + (f" (did you mean {', '.join(near)}?)" if near else ""))
     kwargs = {k: v for k, v in values.items() if k in names}
+    for f in fields(cls):
+        if f.name in kwargs and not _typed_ok(str(f.type), kwargs[f.name]):
+            problems.append(f"{where}.{f.name} must be {f.type} (got {kwargs[f.name]!r})")
+            return None
     try:
         return cls(**kwargs, **given)
-    except TypeError as e:  # a required field is missing
+    except TypeError as e:  # a required field is missing, or one the run sets was given
         problems.append(f"{where}: {e}")
         return None
 
 
+def _typed_ok(kind: str, value) -> bool:
+    """`value` fits a section field's annotation (int, float, bool, str, each maybe `| None`)."""
+    if value is None:
+        return "None" in kind
+    if isinstance(value, bool):
+        return "bool" in kind
+    if isinstance(value, int):
+        return "int" in kind or "float" in kind
+    if isinstance(value, float):
+        return "float" in kind
+    return isinstance(value, str) and "str" in kind
+
+
 def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], checkpoint_dir: str,
-              export_dir: str, log_dir: str, run_name: str, gpus: int, hf_revision: str | None = None) -> BridgeJob:
+              export_dir: str, log_dir: str, run_name: str, gpus: int, hf_revision: str | None = None,
+              version: str | None = None) -> BridgeJob:
     """ctx.config of a nano3 `pretrain` or `sft` stage -> BridgeJob. Raises TranslationError.
 
     `hf_model`: the HF checkpoint to start from (a folder or a hub id). `data`: for pretrain
-    {"data_path": [w, prefix, ...], "tokenizer": folder}, for sft {"dataset_root": folder}.
+    {"train": [(prefix, weight), ...], "valid": [...], "tokenizer": folder}, for sft
+    {"dataset_root": folder, "bridge": prep_sft's bridge.json (dataset_kwargs, packed_sequence_specs)}.
     `checkpoint_dir`: the run's checkpoint folder (same on every requeue: Bridge resumes from it).
+    `version`: the Megatron-Bridge to render for; default: the one the `nemo` image carries.
     """
-    if stage not in RECIPES:
+    if stage not in ENTRIES:
         raise TranslationError(f"the megatron backend runs pretrain and sft, not {stage!r}")
+    version = version or image_version()
+    b = bridge(version)
+    valid = b["sections"]
+    if stage not in b["recipes"]:
+        raise TranslationError(f"Megatron-Bridge {version} has no Nemotron-3-Nano {stage} recipe")
+    if not isinstance(config.get(stage), dict):
+        raise TranslationError(f"the config has no {stage}: section")
     s = dict(config[stage])
     problems: list[str] = []
     known = {"backend", "model", "train", "optimizer", "scheduler", "checkpoint", "logger", "dataset"}
     for key in sorted(set(s) - known):
         problems.append(f"{stage}.{key}: unknown section (valid: {', '.join(sorted(known))})")
+    shape = [f"{stage}.{key} must be a mapping (got {s[key]!r})" for key in sorted(known - {"backend"})
+             if not isinstance(s.get(key, {}), dict)]
+    if shape:
+        raise TranslationError(f"{stage} (megatron backend): " + "; ".join(problems + shape))
+    extra: dict[str, dict] = {}
+
+    def section(cls, name: str, values: dict, valid_name: str | None = None, **given):
+        return _section(cls, values, f"{stage}.{name}", problems, valid.get(valid_name or name, []),
+                        extra.setdefault(name, {}), **given)
 
     model_cfg = dict(s.get("model", {}))
     dataset_cfg = dict(s.get("dataset", {}))
@@ -207,37 +302,36 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
     elif model_cfg.get("seq_length", seq_length) != seq_length:
         problems.append(f"{stage}: model.seq_length {model_cfg['seq_length']} != dataset.seq_length {seq_length}")
     model_cfg["seq_length"] = seq_length
-    model = _section(ModelSection, model_cfg, f"{stage}.model", problems)
+    model = section(ModelSection, "model", model_cfg)
 
     train_cfg = dict(s.get("train", {}))
-    validation = _section(ValidationSection, {k: train_cfg.pop(k) for k in ("eval_interval", "eval_iters") if k in train_cfg},
-                          f"{stage}.train", problems)
-    train = _section(TrainSection, train_cfg, f"{stage}.train", problems)
-    optimizer = _section(OptimizerSection, dict(s.get("optimizer", {})), f"{stage}.optimizer", problems)
-    scheduler = _section(SchedulerSection, dict(s.get("scheduler", {})), f"{stage}.scheduler", problems)
-    checkpoint = _section(CheckpointSection, dict(s.get("checkpoint", {})), f"{stage}.checkpoint", problems,
-                          save=f"{checkpoint_dir}/megatron", load=f"{checkpoint_dir}/megatron",
-                          pretrained_checkpoint=f"{checkpoint_dir}/imported")
+    validation = ValidationSection(**{k: train_cfg.pop(k) for k in ("eval_interval", "eval_iters") if k in train_cfg})
+    train = section(TrainSection, "train", train_cfg)
+    optimizer = section(OptimizerSection, "optimizer", dict(s.get("optimizer", {})))
+    scheduler = section(SchedulerSection, "scheduler", dict(s.get("scheduler", {})))
+    checkpoint = section(CheckpointSection, "checkpoint", dict(s.get("checkpoint", {})),
+                         save=f"{checkpoint_dir}/megatron", load=f"{checkpoint_dir}/megatron",
+                         pretrained_checkpoint=f"{checkpoint_dir}/imported")
     tracking = config.get("tracking", {}) or {}
     wandb_on = tracking.get("wandb", "offline") != "disabled"
-    logger = _section(LoggerSection, dict(s.get("logger", {})), f"{stage}.logger", problems,
-                      tensorboard_dir=f"{log_dir}/tensorboard" if tracking.get("tensorboard", True) else None,
-                      wandb_project=tracking.get("project") if wandb_on else None,
-                      wandb_exp_name=run_name if wandb_on else None,
-                      wandb_save_dir=log_dir if wandb_on else None)
+    logger = section(LoggerSection, "logger", dict(s.get("logger", {})),
+                     tensorboard_dir=f"{log_dir}/tensorboard" if tracking.get("tensorboard", True) else None,
+                     wandb_project=tracking.get("project") if wandb_on else None,
+                     wandb_exp_name=run_name if wandb_on else None,
+                     wandb_save_dir=log_dir if wandb_on else None)
 
-    packed = bool(dataset_cfg.pop("packed_sequence", False))
-    for key in sorted(dataset_cfg):
-        problems.append(f"{stage}.dataset: unknown key {key} (valid: packed_sequence, seq_length)")
+    packed = dataset_cfg.pop("packed_sequence", False)
+    if not isinstance(packed, bool):
+        problems.append(f"{stage}.dataset.packed_sequence must be true or false (got {packed!r})")
+    dataset_extra: dict = {}
+    _section(_NoFields, dataset_cfg, f"{stage}.dataset", problems, valid.get(f"dataset/{stage}", []), dataset_extra)
     if stage == "pretrain":
-        dataset = DatasetSection(seq_length=seq_length or 0, data_path=list(data.get("data_path") or []))
-        if not dataset.data_path:
-            problems.append("pretrain: the corpus has no Megatron indexed shards (*.bin/*.idx)")
+        dataset = _pretrain_dataset(data, seq_length, problems)
         tokenizer = TokenizerSection(tokenizer_model=str(data.get("tokenizer") or hf_model))
     else:
-        dataset = DatasetSection(seq_length=seq_length or 0, dataset_root=str(data["dataset_root"]),
-                                 packed_sequence_size=seq_length if packed else None)
+        dataset = _sft_dataset(data, seq_length, bool(packed), int(config.get("seed", 1234)), problems)
         tokenizer = TokenizerSection(tokenizer_model=hf_model)   # a model artifact carries its tokenizer
+    dataset.update(dataset_extra)
 
     if model and train:
         problems += _layout_problems(stage, model, train, gpus)
@@ -246,16 +340,55 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
     if scheduler and train and scheduler.lr_warmup_iters >= train.train_iters:
         problems.append(f"{stage}.scheduler: lr_warmup_iters {scheduler.lr_warmup_iters} >= train_iters {train.train_iters}")
     if problems:
-        raise TranslationError(f"{stage} (megatron backend): " + "; ".join(problems))
+        raise TranslationError(f"{stage} (megatron backend, Bridge {version}): " + "; ".join(problems))
 
     base = config.get("base_model", {}) or {}
-    return BridgeJob(
-        stage=stage, recipe=RECIPES[stage], entry=ENTRIES[stage], hf_model=hf_model, hf_revision=hf_revision,
-        trust_remote_code=bool(base.get("trust_remote_code", False)), seed=int(config.get("seed", 1234)),
-        model=model, train=train, validation=validation, optimizer=optimizer, scheduler=scheduler,
-        checkpoint=checkpoint, logger=logger, dataset=dataset, tokenizer=tokenizer, hf_export=export_dir,
-        gpus=gpus,
+    job = BridgeJob(
+        stage=stage, version=version, recipe=b["recipes"][stage], entry=ENTRIES[stage], hf_model=hf_model,
+        hf_revision=hf_revision, trust_remote_code=bool(base.get("trust_remote_code", False)),
+        seed=int(config.get("seed", 1234)), model=model, train=train, validation=validation, optimizer=optimizer,
+        scheduler=scheduler, checkpoint=checkpoint, logger=logger, dataset=dataset, tokenizer=tokenizer,
+        extra={k: v for k, v in extra.items() if v}, hf_export=export_dir, gpus=gpus,
     )
+    missing = unknown_keys(job.overrides(), version, stage)   # what Bridge would skip without a word
+    if missing:
+        raise TranslationError(f"{stage} (megatron backend, Bridge {version}): " + "; ".join(missing))
+    return job
+
+
+def _pretrain_dataset(data: dict, seq_length, problems: list[str]) -> dict:
+    """GPTDatasetConfig fields: the blend where Bridge <= 0.3 reads it (megatron-core's `blend`, or
+    `blend_per_split` with a validation blend); never None, which would make Bridge use mock data."""
+    def blend(pairs):
+        return [[str(p) for p, _ in pairs], [float(w) for _, w in pairs]]
+
+    train, valid = list(data.get("train") or []), list(data.get("valid") or [])
+    if not train:
+        problems.append("pretrain: the corpus has no Megatron indexed shards (*.bin/*.idx)")
+    out: dict = {"sequence_length": seq_length, "mock": False}
+    if valid:
+        out.update(blend=None, split=None, blend_per_split=[blend(train), blend(valid), None])
+    else:
+        out.update(blend=blend(train))
+    return out
+
+
+def _sft_dataset(data: dict, seq_length, packed: bool, seed: int, problems: list[str]) -> dict:
+    """The whole dataset section, replaced: Bridge's Nano-3 SFT recipe sets HFDatasetConfig(squad),
+    and overriding only dataset_root would keep SQuAD."""
+    root = str(data["dataset_root"])
+    spec = data.get("bridge") or {}
+    out = {"_target_": FINETUNING_DATASET, "dataset_root": root, "seq_length": seq_length, "seed": seed,
+           "do_test": False, "dataset_kwargs": spec.get("dataset_kwargs"), "packed_sequence_specs": None}
+    if packed:
+        given = dict(spec.get("packed_sequence_specs") or {})
+        size = given.pop("packed_sequence_size", seq_length)
+        if size != seq_length:
+            problems.append(f"sft.dataset.seq_length {seq_length} != the data's packed_sequence_size {size} "
+                            "(prep_sft.pack_size)")
+        paths = {k: f"{root}/{v}" for k, v in given.items() if k.endswith("_path")}
+        out["packed_sequence_specs"] = {"_target_": PACKED_SPECS, "packed_sequence_size": seq_length, **paths}
+    return out
 
 
 def _layout_problems(stage: str, m: ModelSection, t: TrainSection, gpus: int) -> list[str]:

@@ -23,11 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-from stages.megatron.config import BridgeJob, translate
+from stages.megatron.config import BridgeJob, bridge, translate
 
 HEADER = """\
 # Rendered by jobs (stages/megatron/launch.py) for stage {stage}; runs in the nemo container.
-# Megatron-Bridge API as of v0.5.1: megatron.bridge.AutoBridge, ConfigContainer recipes, pretrain/finetune.
+# For Megatron-Bridge {version} ({source}): only APIs that exist there.
 """
 
 IMPORT = HEADER + """\
@@ -37,12 +37,16 @@ from megatron.bridge import AutoBridge
 AutoBridge.import_ckpt({hf_model!r}, {megatron_path!r}, trust_remote_code={trust_remote_code!r}, revision={revision!r})
 """
 
+# The overrides are applied by this script itself, strictly: Bridge's own loaders skip an unknown
+# key with a log line (every version), and some versions lack process_config_with_overrides.
+# A `_target_` mapping replaces the whole section (the SFT dataset: never the recipe's SQuAD).
 TRAIN = HEADER + """\
+import dataclasses
 import importlib
 
-import torch
-from megatron.bridge.training.gpt_step import forward_step
-from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+import yaml
+
+RECIPE, ENTRY, OVERRIDES = {recipe!r}, {entry!r}, {overrides!r}
 
 
 def load(spec):
@@ -50,11 +54,41 @@ def load(spec):
     return getattr(importlib.import_module(module), name)
 
 
-cfg = load({recipe!r})()                       # Nemotron-3-Nano's tuned ConfigContainer
-cfg = process_config_with_overrides(cfg, config_filepath={overrides!r})   # ours, in Bridge's field names
-load({entry!r})(config=cfg, forward_step_func=forward_step)
-if torch.distributed.is_initialized():
-    torch.distributed.destroy_process_group()
+def build(spec):
+    \"\"\"{{_target_: module.Class, field: value}} -> Class(**fields), nested targets first.\"\"\"
+    kwargs = {{k: build(v) if isinstance(v, dict) and "_target_" in v else v for k, v in spec.items() if k != "_target_"}}
+    module, _, name = spec["_target_"].rpartition(".")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+def apply(obj, overrides, where):
+    names = {{f.name for f in dataclasses.fields(obj)}}
+    for key, value in overrides.items():
+        if key not in names:
+            raise KeyError(f"{{where}}.{{key}}: {{type(obj).__name__}} has no such field")
+        current = getattr(obj, key)
+        if isinstance(value, dict) and "_target_" in value:
+            setattr(obj, key, build(value))
+        elif isinstance(value, dict) and dataclasses.is_dataclass(current):
+            apply(current, value, f"{{where}}.{{key}}")
+        else:
+            setattr(obj, key, value)
+
+
+def config():
+    cfg = load(RECIPE)()                         # Nemotron-3-Nano's tuned ConfigContainer
+    with open(OVERRIDES) as f:
+        apply(cfg, yaml.safe_load(f), "cfg")     # ours, in this Bridge version's field names
+    return cfg
+
+
+if __name__ == "__main__":
+    import torch
+    from megatron.bridge.training.gpt_step import forward_step
+
+    load(ENTRY)(config=config(), forward_step_func=forward_step)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 """
 
 EXPORT = HEADER + """\
@@ -66,17 +100,21 @@ bridge.export_ckpt({megatron_path!r}, {hf_path!r})
 """
 
 
+def _where(job: BridgeJob) -> dict:
+    return {"stage": job.stage, "version": job.version, "source": bridge(job.version)["source"]}
+
+
 def render_import(job: BridgeJob) -> str:
-    return IMPORT.format(stage=job.stage, hf_model=job.hf_model, megatron_path=job.checkpoint.pretrained_checkpoint,
+    return IMPORT.format(**_where(job), hf_model=job.hf_model, megatron_path=job.checkpoint.pretrained_checkpoint,
                          trust_remote_code=job.trust_remote_code, revision=job.hf_revision)
 
 
 def render_train(job: BridgeJob, overrides_path: str) -> str:
-    return TRAIN.format(stage=job.stage, recipe=job.recipe, entry=job.entry, overrides=overrides_path)
+    return TRAIN.format(**_where(job), recipe=job.recipe, entry=job.entry, overrides=overrides_path)
 
 
 def render_export(job: BridgeJob) -> str:
-    return EXPORT.format(stage=job.stage, hf_model=job.hf_model, megatron_path=job.checkpoint.save,
+    return EXPORT.format(**_where(job), hf_model=job.hf_model, megatron_path=job.checkpoint.save,
                          hf_path=job.hf_export, trust_remote_code=job.trust_remote_code, revision=job.hf_revision)
 
 
@@ -92,26 +130,45 @@ def torchrun_command(script: Path | str, gpus_per_node: int, nodes: int, node_ra
             f"--master-addr={master}", f"--master-port={port}", str(script)]
 
 
-def corpus_shards(folder: Path) -> list:
-    """Megatron's --data-path list from prep_pretrain's blend: blend.json {"prefix": weight} if
-    present, else every *.idx shard with weight 1."""
-    blend = folder / "blend.json"
-    if blend.exists():
-        weights = json.loads(blend.read_text())
-        return [x for prefix, w in sorted(weights.items()) for x in (w, str(folder / prefix))]
-    return [x for idx in sorted(folder.rglob("*.idx")) for x in (1.0, str(idx.with_suffix("")))]
+def corpus_shards(folder: Path) -> dict[str, list]:
+    """prep_pretrain's blend as {"train": [(prefix, weight), ...], "valid": [...]}: blend.json and
+    blend_valid.json ({"prefix": weight}) if present, else every *.idx shard at weight 1 for training."""
+    out: dict[str, list] = {"train": [], "valid": []}
+    for split, name in (("train", "blend.json"), ("valid", "blend_valid.json")):
+        path = folder / name
+        if path.exists():
+            out[split] = [(str(folder / prefix), w) for prefix, w in sorted(json.loads(path.read_text()).items())]
+    if not (folder / "blend.json").exists():
+        out["train"] = [(str(idx.with_suffix("")), 1.0) for idx in sorted(folder.rglob("*.idx"))]
+    return out
+
+
+def stage_data(stage: str, inputs: dict[str, Path | str], base_model: dict) -> tuple[str, str | None, dict]:
+    """(HF model to start from, its revision, `data` for translate) from the stage's input folders.
+    Input folders that do not exist yet (a dry run's placeholders) give placeholder data."""
+    if stage == "pretrain":
+        corpus = Path(inputs["corpus"])
+        shards = corpus_shards(corpus) if corpus.is_dir() else {"train": [(f"{corpus}/<source>/train_00000", 1.0)],
+                                                                   "valid": [(f"{corpus}/<source>/valid_00000", 1.0)]}
+        return (base_model.get("hf_model_id") or "", base_model.get("hf_model_revision"),
+                {**shards, "tokenizer": str(inputs["tokenizer"])})
+    root = Path(inputs["data"])
+    spec = json.loads((root / "bridge.json").read_text()) if (root / "bridge.json").exists() else None
+    if spec is None:   # what prep_sft writes (stages/prep/sft.py), for the dry run's placeholder folder
+        spec = {"dataset_kwargs": {"prompt_template": "{input}{output}", "label_key": "output",
+                                   "truncation_field": "input", "add_bos": False, "add_eos": False,
+                                   "answer_only_loss": True},
+                "packed_sequence_specs": {"packed_train_data_path": "packed/training_<P>.npy",
+                                          "packed_val_data_path": "packed/validation_<P>.npy",
+                                          "packed_metadata_path": "packed/<P>_metadata.jsonl"}}
+    return str(inputs["model"]), None, {"dataset_root": str(root), "bridge": spec}
 
 
 def prepare(ctx, stage: str, gpus_per_node: int) -> tuple[BridgeJob, dict[str, Path]]:
     """Translate and write the overrides and scripts into the run folder; pure apart from the writes."""
     cfg = ctx.config
-    if stage == "pretrain":
-        base = cfg.get("base_model", {}) or {}
-        hf_model, revision = base.get("hf_model_id") or "", base.get("hf_model_revision")
-        data = {"data_path": corpus_shards(ctx.input("corpus")), "tokenizer": str(ctx.input("tokenizer"))}
-    else:
-        hf_model, revision = str(ctx.input("model")), None
-        data = {"dataset_root": str(ctx.input("data"))}
+    roles = ("corpus", "tokenizer") if stage == "pretrain" else ("model", "data")
+    hf_model, revision, data = stage_data(stage, {r: ctx.input(r) for r in roles}, cfg.get("base_model", {}) or {})
     job = translate(cfg, stage, hf_model=hf_model, data=data, checkpoint_dir=str(ctx.checkpoint_dir),
                     export_dir=str(ctx.run_dir / "outputs" / "model"), log_dir=str(ctx.run_dir),
                     run_name=f"{stage}-{ctx.run_id}", gpus=gpus_per_node * ctx.dist.world_size, hf_revision=revision)
@@ -125,6 +182,36 @@ def prepare(ctx, stage: str, gpus_per_node: int) -> tuple[BridgeJob, dict[str, P
         files["train"].write_text(render_train(job, str(files["overrides"])))
         files["export"].write_text(render_export(job))
     return job, files
+
+
+def plan(config: dict, stage: str, resources: dict, version: str | None = None) -> BridgeJob:
+    """The BridgeJob a submit would run, with placeholder paths: what check_config and the dry run use."""
+    roles = ("corpus", "tokenizer") if stage == "pretrain" else ("model", "data")
+    hf_model, revision, data = stage_data(stage, {r: f"<input {r}>" for r in roles}, config.get("base_model", {}) or {})
+    gpus = int(resources.get("nodes", 1)) * int(resources.get("gpus_per_node", 0) or 0)
+    return translate(config, stage, hf_model=hf_model, data=data, checkpoint_dir=f"<run {stage}>/checkpoints",
+                     export_dir=f"<run {stage}>/outputs/model", log_dir=f"<run {stage}>", run_name=f"{stage}-<run>",
+                     gpus=gpus, hf_revision=revision, version=version)
+
+
+def check_config(config: dict, stage: str, resources: dict | None) -> list[str]:
+    """For `jobs submit`: every problem translate finds, for the version the nemo image carries."""
+    from stages.megatron.config import TranslationError
+
+    try:
+        plan(config, stage, resources or {})
+    except TranslationError as e:
+        return [str(e)]
+    return []
+
+
+def preview(config: dict, stage: str, resources: dict) -> str:
+    """For the dry run: the Bridge version, recipe, entry, and the overrides it would apply."""
+    job = plan(config, stage, resources)
+    return "\n".join([f"Megatron-Bridge {job.version} ({bridge(job.version)['source']})",
+                      f"recipe {job.recipe} -> {job.entry}; {job.gpus} GPUs, data parallel {job.data_parallel_size}",
+                      f"torchrun ... <run {stage}>/megatron/bridge_train.py applies <run {stage}>/megatron/bridge_overrides.yaml:",
+                      overrides_yaml(job)])
 
 
 class _Elsewhere:

@@ -1,5 +1,7 @@
-"""The Megatron-Bridge seam on plain data: our stage config -> Bridge's ConfigContainer fields, the
-rendered scripts and commands. Megatron is not installed here; nothing below imports it."""
+"""The Megatron-Bridge seam on plain data: our stage config -> Bridge's ConfigContainer fields for the
+version the nemo image carries (nano-v3) or another listed one (0.3.1), the rendered scripts and
+commands. Megatron is not installed here; nothing below imports it (tests/stages/test_bridge_real.py
+applies the same overrides to the real Bridge 0.3.1)."""
 import ast
 import copy
 
@@ -8,7 +10,7 @@ import yaml
 
 from jobs import recipes
 from jobs.context import Distributed, StageContext
-from stages.megatron.config import TranslationError, translate
+from stages.megatron.config import TranslationError, translate, upstream
 from stages.megatron.launch import (corpus_shards, overrides_yaml, prepare, render_export, render_import,
                                     render_train, torchrun_command)
 
@@ -42,29 +44,65 @@ def sft_job(config=SFT, gpus=32, **kw):
 
 def test_sft_config_becomes_bridge_overrides_in_bridges_own_names():
     job = sft_job()
-    assert job.recipe.endswith("nemotron_3_nano:nemotron_3_nano_sft_config")
+    assert job.version == "nano-v3"                     # what containers.lock says the nemo image carries
+    assert job.recipe.endswith("nemotron_3_nano:nemotron_3_nano_finetune_config")   # nano-v3's name
     assert job.entry == "megatron.bridge.training.finetune:finetune"
     assert job.data_parallel_size == 16
     o = job.overrides()
-    assert set(o) == {"model", "train", "validation", "optimizer", "scheduler", "checkpoint", "logger", "dataset",
-                      "tokenizer", "rng"}
+    assert set(o) == {"model", "train", "optimizer", "scheduler", "checkpoint", "logger", "dataset", "tokenizer", "rng"}
     assert o["model"] == {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
                           "expert_model_parallel_size": 8, "expert_tensor_parallel_size": 1, "sequence_parallel": True,
                           "seq_length": 4096, "calculate_per_token_loss": True}
-    assert o["train"] == {"train_iters": 3000, "global_batch_size": 256, "micro_batch_size": 1, "exit_signal_handler": True}
-    assert o["validation"] == {"eval_interval": 200, "eval_iters": 16}      # ValidationConfig, not the deprecated train.*
+    # nano-v3 has no ValidationConfig: eval_* stay TrainingConfig fields there
+    assert o["train"] == {"train_iters": 3000, "global_batch_size": 256, "micro_batch_size": 1, "exit_signal_handler": True,
+                          "eval_interval": 200, "eval_iters": 16}
     assert o["optimizer"]["lr"] == 5e-6 and o["optimizer"]["bf16"] is True
     assert o["scheduler"] == {"lr_decay_style": "cosine", "lr_warmup_iters": 100}   # null decay iters: Bridge's default
     assert o["checkpoint"] == {"save": "/runs/r1/checkpoints/megatron", "load": "/runs/r1/checkpoints/megatron",
                                "pretrained_checkpoint": "/runs/r1/checkpoints/imported", "save_interval": 250,
                                "most_recent_k": 2, "ckpt_format": "torch_dist", "async_save": False}
-    assert o["dataset"] == {"seq_length": 4096, "dataset_root": "/store/sft_data",
-                            "packed_sequence_specs": {"packed_sequence_size": 4096}}
+    # the whole section replaced: the recipe's SQuAD HFDatasetConfig never survives
+    assert o["dataset"] == {"_target_": "megatron.bridge.training.config.FinetuningDatasetConfig",
+                            "dataset_root": "/store/sft_data", "seq_length": 4096, "seed": 7, "do_test": False,
+                            "dataset_kwargs": None,
+                            "packed_sequence_specs": {"_target_": "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs",
+                                                      "packed_sequence_size": 4096}}
     assert o["tokenizer"] == {"tokenizer_model": "/store/sft_in", "tokenizer_type": "HuggingFaceTokenizer"}
     assert o["logger"] == {"log_interval": 10, "tensorboard_dir": "/runs/r1/tensorboard", "wandb_project": "nano3",
                            "wandb_exp_name": "sft-r1", "wandb_save_dir": "/runs/r1"}
     assert o["rng"] == {"seed": 7}
     assert yaml.safe_load(overrides_yaml(job)) == o        # what the rendered script hands to Bridge
+    assert sft_job(version="0.3.1").recipe.endswith(":nemotron_3_nano_sft_config")   # 0.3.1's name
+
+
+def test_prep_sft_layout_becomes_packed_specs_and_a_pack_size_mismatch_is_refused():
+    spec = {"dataset_kwargs": {"prompt_template": "{input}{output}", "label_key": "output"},
+            "packed_sequence_specs": {"packed_sequence_size": 4096, "packed_train_data_path": "packed/training_4096.npy",
+                                      "packed_val_data_path": "packed/validation_4096.npy",
+                                      "packed_metadata_path": "packed/4096_metadata.jsonl"}}
+    job = translate(SFT, "sft", hf_model="/m", data={"dataset_root": "/d", "bridge": spec}, gpus=32, **WHERE)
+    d = job.overrides()["dataset"]
+    assert d["dataset_kwargs"] == spec["dataset_kwargs"]
+    assert d["packed_sequence_specs"]["packed_train_data_path"] == "/d/packed/training_4096.npy"
+    assert d["packed_sequence_specs"]["packed_metadata_path"] == "/d/packed/4096_metadata.jsonl"
+    spec["packed_sequence_specs"]["packed_sequence_size"] = 2048
+    with pytest.raises(TranslationError, match="packed_sequence_size 2048"):
+        translate(SFT, "sft", hf_model="/m", data={"dataset_root": "/d", "bridge": spec}, gpus=32, **WHERE)
+
+
+def test_any_field_of_the_target_version_passes_through_and_a_missing_one_is_refused():
+    cfg = copy.deepcopy(SFT)
+    cfg["sft"]["model"]["recompute_granularity"] = "full"          # a real provider field in both versions
+    cfg["sft"]["dataset"]["num_workers"] = 2
+    o = sft_job(cfg).overrides()
+    assert o["model"]["recompute_granularity"] == "full" and o["dataset"]["num_workers"] == 2
+    fields = upstream()["megatron_bridge"]
+    only_031 = sorted(set(fields["0.3.1"]["sections"]["dataset/sft"]) - set(fields["nano-v3"]["sections"]["dataset/sft"]))
+    assert only_031 == ["trust_remote_code"]
+    cfg["sft"]["dataset"]["trust_remote_code"] = True
+    assert sft_job(cfg, version="0.3.1").overrides()["dataset"]["trust_remote_code"] is True
+    with pytest.raises(TranslationError, match="sft.dataset.trust_remote_code: unknown key"):
+        sft_job(cfg)                                                # nano-v3 lacks it: Bridge would skip it
 
 
 def test_unpacked_sft_turns_the_recipes_packing_off_and_disabled_wandb_is_not_configured():
@@ -86,7 +124,7 @@ def test_every_problem_is_reported_at_once_before_the_cluster_sees_it():
     with pytest.raises(TranslationError) as e:
         sft_job(cfg)
     msg = str(e.value)
-    for needle in ("unknown key(s) sequence_paralel", "valid: calculate_per_token_loss", "global_batch_size 100",
+    for needle in ("sft.model.sequence_paralel: unknown key (did you mean sequence_parallel", "global_batch_size 100",
                    "sequence_parallel needs tensor_model_parallel_size > 1", "min_lr 1.0 > lr", "sft.extra: unknown section"):
         assert needle in msg, (needle, msg)
     with pytest.raises(TranslationError, match="not a multiple of tensor\\*pipeline\\*context = 2"):
@@ -95,26 +133,34 @@ def test_every_problem_is_reported_at_once_before_the_cluster_sees_it():
         sft_job(gpus=6)
 
 
-def test_pretrain_reads_the_blend_and_its_tokenizer(tmp_path):
+def test_pretrain_reads_the_blend_where_the_version_reads_it(tmp_path):
     (tmp_path / "web_text_document.bin").touch()
     (tmp_path / "web_text_document.idx").touch()
     (tmp_path / "code_text_document.idx").touch()
-    assert corpus_shards(tmp_path) == [1.0, str(tmp_path / "code_text_document"), 1.0, str(tmp_path / "web_text_document")]
-    (tmp_path / "blend.json").write_text('{"web_text_document": 0.7, "code_text_document": 0.3}')
+    assert corpus_shards(tmp_path) == {"train": [(str(tmp_path / "code_text_document"), 1.0),
+                                                 (str(tmp_path / "web_text_document"), 1.0)], "valid": []}
+    (tmp_path / "blend.json").write_text('{"web/train_00000": 0.7, "code/train_00000": 0.3}')
+    (tmp_path / "blend_valid.json").write_text('{"web/valid_00000": 0.5, "code/valid_00000": 0.5}')
     shards = corpus_shards(tmp_path)
-    assert shards == [0.3, str(tmp_path / "code_text_document"), 0.7, str(tmp_path / "web_text_document")]
+    assert shards["train"] == [(str(tmp_path / "code/train_00000"), 0.3), (str(tmp_path / "web/train_00000"), 0.7)]
     cfg = copy.deepcopy(SFT)
     cfg["pretrain"] = cfg.pop("sft")
     cfg["pretrain"]["model"]["seq_length"] = cfg["pretrain"].pop("dataset")["seq_length"]
-    job = translate(cfg, "pretrain", hf_model="nvidia/base", data={"data_path": shards, "tokenizer": "/store/tok"},
+    job = translate(cfg, "pretrain", hf_model="nvidia/base", data={**shards, "tokenizer": "/store/tok"},
                     gpus=64, hf_revision="abc123", **WHERE)
     o = job.overrides()
     assert job.entry == "megatron.bridge.training.pretrain:pretrain" and job.recipe.endswith(":nemotron_3_nano_pretrain_config")
-    assert o["dataset"] == {"seq_length": 4096, "data_path": shards}
+    # megatron-core's blend_per_split (train, valid, test), never a data_path these versions lack (-> mock data)
+    assert o["dataset"] == {"sequence_length": 4096, "mock": False, "blend": None, "split": None,
+                            "blend_per_split": [[[str(tmp_path / "code/train_00000"), str(tmp_path / "web/train_00000")], [0.3, 0.7]],
+                                                [[str(tmp_path / "code/valid_00000"), str(tmp_path / "web/valid_00000")], [0.5, 0.5]],
+                                                None]}
     assert o["tokenizer"]["tokenizer_model"] == "/store/tok"
     assert "abc123" in render_import(job)
+    no_valid = translate(cfg, "pretrain", hf_model="b", data={"train": shards["train"]}, gpus=64, **WHERE)
+    assert no_valid.overrides()["dataset"]["blend"] == [[p for p, _ in shards["train"]], [0.3, 0.7]]
     with pytest.raises(TranslationError, match="no Megatron indexed shards"):
-        translate(cfg, "pretrain", hf_model="nvidia/base", data={"data_path": []}, gpus=64, **WHERE)
+        translate(cfg, "pretrain", hf_model="nvidia/base", data={"train": []}, gpus=64, **WHERE)
 
 
 def test_rendered_scripts_are_python_calling_the_real_bridge_api():
@@ -123,7 +169,8 @@ def test_rendered_scripts_are_python_calling_the_real_bridge_api():
     imp, exp = render_import(job), render_export(job)
     for script in (train, imp, exp):
         ast.parse(script)
-    assert "from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides" in train
+    assert "process_config_with_overrides" not in train       # absent from nano-v3: our own strict applier
+    assert "raise KeyError" in train and "nemotron_3_nano_finetune_config" in train and "Bridge nano-v3" in train
     assert "from megatron.bridge.training.gpt_step import forward_step" in train
     assert "megatron.bridge.training.finetune:finetune" in train and "forward_step_func=forward_step" in train
     assert "AutoBridge.import_ckpt('/store/sft_in', '/runs/r1/checkpoints/imported', trust_remote_code=True" in imp

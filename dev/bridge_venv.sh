@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Creates .venv-bridge: megatron-core 0.16.1 + megatron-bridge 0.3.1 on CPU, for
+# tests/stages/test_bridge_real.py (AutoBridge round trip, recipe + our overrides -> validate()).
+# A separate venv because Bridge 0.3.1 needs transformers<5 and huggingface-hub<1, the project
+# venv has transformers 5. Bridge >= 0.4 needs Python >= 3.12, which these machines lack.
+# Idempotent: a second run with this file unchanged only checks the stamp.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv="$root/.venv-bridge"
+stamp="$venv/.installed-$(sha256sum "$0" | cut -c1-16)"
+[ -f "$stamp" ] && exit 0
+python3.11 -m venv "$venv"
+pip=("$venv/bin/pip" install -q)
+"${pip[@]}" --upgrade pip
+# torch first and pinned: the CPU build on local disk; anything else would fetch CUDA wheels.
+"${pip[@]}" torch==2.13.0
+# Both with --no-deps: their declared dependencies include Transformer Engine and other CUDA-only
+# packages. What their imports need is listed below, each for a reason:
+#   transformers/huggingface-hub: Bridge 0.3.1's pins (<5, <1.0); triton: megatron-core's Mamba
+#   code imports it at load; the rest are imported at module level by megatron.bridge.
+"${pip[@]}" --no-deps megatron-core==0.16.1 megatron-bridge==0.3.1
+"${pip[@]}" transformers==4.57.6 huggingface-hub==0.36.2 triton datasets megatron-energon nvidia-modelopt \
+  nvidia-resiliency-ext tensorboard omegaconf hydra-core accelerate einops pyyaml
+"$venv/bin/python" - <<'EOF'
+import torch, transformers
+assert torch.__version__.startswith("2.13.0"), torch.__version__
+assert transformers.__version__ == "4.57.6", transformers.__version__
+import importlib.util
+import megatron.core  # noqa: F401  (megatron.bridge itself imports Transformer Engine: tests stand in for it)
+assert importlib.util.find_spec("megatron.bridge") is not None
+EOF
+rm -f "$venv"/.installed-*
+touch "$stamp"
