@@ -3,6 +3,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/dev/setup.sh"
+"$root/dev/bridge_venv.sh"   # megatron-core + Megatron-Bridge on CPU (tests/stages/test_bridge_real.py)
 "$root/dev/slurm/up.sh"   # the Slurm tests run against this real cluster; none is skipped
 cd "$root"
 exec "$root/.venv/bin/python" -m pytest -ra "$@"
