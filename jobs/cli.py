@@ -435,6 +435,15 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """One self-contained HTML file: lineage graph, metric curves, eval table, config, attempts."""
+    from jobs import report
+
+    path = report.write(open_store(args), args.id, Path(args.out).expanduser() if args.out else None)
+    print(path)
+    return 0
+
+
 # ---- parser ---------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="jobs", description="Run post-training stages as batch jobs, with artifact lineage.")
@@ -542,6 +551,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("recipes", help="recipes and their stages")
     s.set_defaults(func=cmd_recipes)
+
+    s = sub.add_parser("report", help="one HTML file for a run, an artifact's lineage or a recipe: graph, curves, evals")
+    s.add_argument("id", help="run ID (or prefix), art_… or NAME:latest|vN, or a recipe name (its newest run per stage)")
+    s.add_argument("-o", "--out", help="the HTML file to write (default: ./report-<ID>.html)")
+    s.set_defaults(func=cmd_report)
     return p
 
 
