@@ -76,6 +76,7 @@ def run(ctx) -> dict[str, Path]:
     tok_dir, out = ctx.output_dir("tokenizer"), ctx.output_dir("blend")
     tokenizer = AutoTokenizer.from_pretrained(tok_cfg["model"], revision=tok_cfg["revision"])
     tokenizer.save_pretrained(tok_dir)             # workers load this folder: the shards match it exactly
+    portable_tokenizer(tok_dir)
     if tok_cfg["add_eos"] and tokenizer.eos_token_id is None or tok_cfg["add_bos"] and tokenizer.bos_token_id is None:
         raise ValueError("prep_pretrain.tokenizer: add_bos/add_eos asks for a token the tokenizer does not have")
     dtype = dtype_for(len(tokenizer))
@@ -103,6 +104,22 @@ def run(ctx) -> dict[str, Path]:
     finally:
         ray.shutdown()
     return {"blend": write_blend(ctx, cfg, results, out, tokenizer, dtype), "tokenizer": tok_dir}
+
+
+def portable_tokenizer(folder: Path) -> None:
+    """transformers 5 saves its fast tokenizers as class "TokenizersBackend", which transformers 4
+    (in Bridge 0.3.1's and NeMo RL 0.4's images) cannot load; PreTrainedTokenizerFast reads the same
+    tokenizer.json in both, token for token. Its list `extra_special_tokens` is transformers 4's
+    `additional_special_tokens` (4 wants a mapping under the new name)."""
+    path = Path(folder) / "tokenizer_config.json"
+    cfg = json.loads(path.read_text())
+    before = dict(cfg)
+    if cfg.get("tokenizer_class") == "TokenizersBackend":
+        cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    if isinstance(cfg.get("extra_special_tokens"), list):
+        cfg["additional_special_tokens"] = cfg.pop("extra_special_tokens")
+    if cfg != before:
+        path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def tokenize_shard(source: dict, index: int, shards: int, budget: float, tok_dir: str, out: str, opts: dict) -> dict:

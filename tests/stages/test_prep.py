@@ -108,15 +108,20 @@ def test_prep_pretrain_writes_exactly_the_tokens_of_a_direct_tokenization(prepar
     assert _tokenizer(tok_out)(text)["input_ids"] == _tokenizer(src / "tokenizer")(text)["input_ids"]
 
 
-def test_megatron_cores_reader_reads_back_exactly_the_tokens_written(prepared):
-    probe = subprocess.run([MCORE_PYTHON, "-c", "import megatron.core.datasets.indexed_dataset"],
-                           capture_output=True, text=True, timeout=300) if Path(MCORE_PYTHON).is_file() else None
+def _needs(module: str) -> None:
+    """Skip, saying why, unless `module` imports in the Megatron venv."""
+    probe = subprocess.run([MCORE_PYTHON, "-c", f"import {module}"], capture_output=True, text=True,
+                           timeout=300) if Path(MCORE_PYTHON).is_file() else None
     if probe is None or probe.returncode:
         why = "absent" if probe is None else (probe.stderr.strip().splitlines() or ["?"])[-1]
-        reason = (f"megatron-core's reader does not import with {MCORE_PYTHON} ({why}): "
+        reason = (f"{module} does not import with {MCORE_PYTHON} ({why}): "
                   "dev/bridge_venv.sh builds that venv, or set JOBS_MCORE_PYTHON")
         print(reason)
         pytest.skip(reason)
+
+
+def test_megatron_cores_reader_reads_back_exactly_the_tokens_written(prepared):
+    _needs("megatron.core.datasets.indexed_dataset")
     store = prepared["store"]
     blend = output(store, latest_run(store, "prep_pretrain"), "blend")
     prefixes = [str(p.with_suffix("")) for p in sorted(blend.rglob("*.idx"))]
@@ -173,6 +178,35 @@ def test_prep_sft_renders_chats_with_the_template_and_packs_every_token(prepared
                                     for r in _rows(sft / f"{split}.jsonl"))
     meta = json.loads((sft / specs["packed_metadata_path"]).read_text())
     assert [m["pack_size"] for m in meta] == [128, 128]
+
+
+def test_megatron_bridges_finetuning_datasets_read_the_sft_layout(prepared, tmp_path):
+    """Bridge 0.3.1's GPTSFTDataset tokenizes our JSONL to exactly our ids, with the answer where we
+    put it; its GPTSFTPackedDataset loads our bins and trains on exactly the answer tokens."""
+    _needs("megatron.core")
+    store = prepared["store"]
+    sft = output(store, latest_run(store, "prep_sft"), "sft")
+    tok_dir = output(store, latest_run(store, "prep_pretrain"), "tokenizer")
+    script = Path(__file__).parents[1] / "fixtures" / "nano3_sources" / "bridge_read.py"
+    p = subprocess.run([MCORE_PYTHON, str(script), str(sft), str(tok_dir), str(tmp_path)], capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    tok = _tokenizer(tok_dir)
+    rows = _rows(sft / "training.jsonl")
+    want = [(tok(r["input"], add_special_tokens=False)["input_ids"], tok(r["output"], add_special_tokens=False)["input_ids"])
+            for r in rows]
+    assert [g["input_ids"] for g in got["rows"]] == [c + a for c, a in want]
+    assert [g["answer_start_idx"] for g in got["rows"]] == [len(c) for c, _ in want]
+    assert got["type"] == "GPTSFTPackedDataset"
+    assert got["bins"] == len(np_load(sft / "packed" / "training_128.npy"))
+    assert got["loss_tokens"] == sum(len(a) for _, a in want)
+
+
+def np_load(path: Path):
+    import numpy as np
+
+    return np.load(path, allow_pickle=True)
 
 
 def test_prep_sft_writes_preference_pairs_as_nemo_rl_reads_them(prepared):
