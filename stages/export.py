@@ -89,8 +89,8 @@ def _lineage(ctx) -> str:
     spec = view.spec
     lines = [f"- input {role}: `{art}`" for role, art in sorted(view.inputs.items())]
     code = spec.get("code") or {}
-    if code.get("commit") or code.get("snapshot"):
-        lines.append(f"- code: git {code.get('commit') or '?'}{' (dirty)' if code.get('dirty') else ''}, "
+    if code.get("git_sha") or code.get("snapshot"):
+        lines.append(f"- code: git {code.get('git_sha') or 'unknown'}{' (dirty)' if code.get('dirty') else ''}, "
                      f"snapshot `{code.get('snapshot')}`")
     if spec.get("container_image"):
         lines.append(f"- image: `{spec['container_image']}`")
