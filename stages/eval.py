@@ -100,10 +100,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def prompt_ids(tokenizer, prompts: list[str], chat_template_kwargs: dict | None = None) -> list[list[int]]:
     """Token ids per prompt: the chat template's rendering of one user turn when the tokenizer has a
-    template (its own special tokens included), else <bos> + the prompt."""
+    template (its own special tokens included), else <bos> + the prompt (and kwargs are refused:
+    they would be ignored)."""
     from stages import lm
 
     if not getattr(tokenizer, "chat_template", None):
+        if chat_template_kwargs:
+            raise ValueError(f"eval.chat_template_kwargs {sorted(chat_template_kwargs)} given, but the model's "
+                             "tokenizer has no chat template to pass them to")
         return lm.encode(tokenizer, prompts, bos=True)
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
                                            add_generation_prompt=True, **(chat_template_kwargs or {}))

@@ -159,7 +159,9 @@ def test_eval_prompts_go_through_the_chat_template_with_its_kwargs(tmp_path: Pat
     assert prompt_ids(tok, ["1+2"]) == plain
     assert prompt_ids(tok, ["1+2"], {"think": True}) == [plain[0] + tok("=", add_special_tokens=False)["input_ids"]]
     tok.chat_template = None
-    assert prompt_ids(tok, ["1+2"], {"think": True}) == plain        # no template: <bos> + prompt
+    assert prompt_ids(tok, ["1+2"]) == plain                          # no template: <bos> + prompt
+    with pytest.raises(ValueError, match="no chat template"):         # and kwargs would go nowhere
+        prompt_ids(tok, ["1+2"], {"think": True})
 
 
 def test_eval_config_reads_or_refuses_every_key():
