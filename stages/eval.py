@@ -91,6 +91,25 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     return problems
 
 
+def preview(config: dict, resources: dict) -> str | None:
+    """For `jobs submit --dry-run`: the vLLM engines eval starts and what they sample."""
+    cfg = config["eval"]
+    if cfg.get("backend") != "vllm":
+        return None
+    v = cfg.get("vllm_cfg", {"tensor_parallel_size": 1, "data_parallel_size": 1})
+    tp, dp = v["tensor_parallel_size"], v["data_parallel_size"]
+    engine = {"tensor_parallel_size": tp, **{k: v[k] for k in ("gpu_memory_utilization", "max_model_len") if v.get(k)},
+              **cfg.get("vllm_kwargs", {})}
+    gpus = [",".join(str(g) for g in range(r * tp, (r + 1) * tp)) for r in range(dp)] if resources.get("gpus_per_node") else None
+    lines = [f"eval: {dp} vLLM engine process(es)" + (f", CUDA_VISIBLE_DEVICES {' | '.join(gpus)}" if gpus else ", CPU"),
+             "  LLM(" + ", ".join(f"{k}={json.dumps(x)}" for k, x in sorted(engine.items())) + ")",
+             f"  SamplingParams(n={cfg['n_samples']}, temperature={cfg['temperature']}, top_p={cfg['top_p']}, "
+             f"max_tokens={cfg['max_new_tokens']}, seed=<per prompt>)" + ("  + a greedy pass" if cfg["greedy"] else ""),
+             f"  chat template kwargs {json.dumps(cfg.get('chat_template_kwargs') or {})}, verifier {cfg['verifier']}, "
+             f"pass@k for k in {list(cfg['ks'])}"]
+    return "\n".join(lines)
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k samples drawn without replacement from n is right."""
     if n - c < k:

@@ -175,6 +175,10 @@ def test_eval_config_reads_or_refuses_every_key():
         return check_config(recipes.compose(nano3, "eval", list(overrides)), resources=res)
 
     assert problems() == []
+    from stages.eval import preview
+    shown = preview(recipes.compose(nano3, "eval", []), res)
+    assert "2 vLLM engine process(es), CUDA_VISIBLE_DEVICES 0,1,2,3 | 4,5,6,7" in shown
+    assert 'mamba_ssm_cache_dtype="float32"' in shown and '{"enable_thinking": true}' in shown
     assert problems("eval.top_p=1.5") == ["eval.top_p must be a number in (0, 1] (got 1.5)"]
     assert problems("+eval.vllm_cfg.enable_thinking=true")[0].startswith("eval.vllm_cfg has unknown key enable_thinking")
     assert problems("+eval.topp=1") == [p for p in problems("+eval.topp=1") if "unknown key topp" in p] != []
