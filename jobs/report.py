@@ -29,6 +29,8 @@ from jobs.errors import JobsError
 
 RUN_FILL, ART_FILL, TARGET_EDGE = "#d6e6f5", "#fbe3c4", "#c0392b"
 MAX_POINTS = 4000          # per curve: a longer series is thinned so the SVG stays small
+PAGE_PT = 860              # the page's content width (1148 px) in points
+PENDING = "(when it starts)"   # the label of an input edge from a run that has not produced it yet
 MAX_READ = 8 << 20         # bytes read from one metrics.jsonl or results.json
 
 
@@ -56,7 +58,7 @@ def _scope(store, idx, target: str) -> tuple[str, list[str], list[str], str | No
     return f"run {run}", [run], [e["artifact"] for e in idx.edges_of(run, "out")], run
 
 
-def _walk(idx, runs: list[str], arts: list[str]) -> tuple[dict[str, str], set[tuple[str, str, str]]]:
+def _walk(store, idx, runs: list[str], arts: list[str]) -> tuple[dict[str, str], set[tuple[str, str, str]]]:
     """Nodes (id -> "run"|"art") and edges (src, dst, role): the runs' inputs and outputs, everything
     upstream of them and of the seed artifacts, and everything downstream of the seeds."""
     nodes: dict[str, str] = {}
@@ -64,6 +66,11 @@ def _walk(idx, runs: list[str], arts: list[str]) -> tuple[dict[str, str], set[tu
     up, down = [], list(arts)
     for r in runs:
         nodes[r] = "run"
+        view = store.run(r)
+        for role, ref in sorted((view.spec.get("pending_inputs") or {}).items()):
+            if role not in view.inputs and isinstance(ref, dict) and ref.get("run"):
+                nodes.setdefault(ref["run"], "run")     # not started yet: an edge from the run that will produce it
+                edges.add((ref["run"], r, f"{role} {PENDING}"))
         for e in idx.edges_of(r, "in"):
             edges.add((e["artifact"], r, e["role"]))
             up.append(e["artifact"])
@@ -123,22 +130,27 @@ def _graph_svg(store, idx, nodes: dict[str, str], edges: set, target: str | None
             except Exception:  # a record the report cannot read is still a node
                 kind = "?"
             labels[n] = f"{_art_label(idx, n)}\n{kind}  {n[:12]}"
-    if dot:
-        return _dot_svg(dot, nodes, edges, labels, target)
-    return _mpl_graph_svg(nodes, edges, labels, target)
+    if not dot:
+        return _mpl_graph_svg(nodes, edges, labels, target)
+    svg = _dot_svg(dot, nodes, edges, labels, target, "LR")
+    width = re.search(r'<svg[^>]*\swidth="([0-9.]+)pt"', svg)
+    if width and float(width.group(1)) > PAGE_PT * 1.5:   # a long chain would shrink to unreadable: top-down
+        svg = _dot_svg(dot, nodes, edges, labels, target, "TB")
+    return svg
 
 
-def _dot_svg(dot: str, nodes, edges, labels, target) -> str:
+def _dot_svg(dot: str, nodes, edges, labels, target, rankdir: str) -> str:
     ids = {n: f"n{i}" for i, n in enumerate(sorted(nodes))}
     q = lambda s: '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'  # noqa: E731
-    lines = ["digraph lineage {", "  rankdir=LR; bgcolor=transparent; nodesep=0.25; ranksep=0.45;",
+    lines = ["digraph lineage {", f"  rankdir={rankdir}; bgcolor=transparent; nodesep=0.25; ranksep=0.45;",
              '  node [fontname="Helvetica", fontsize=10, style=filled, penwidth=1];',
              '  edge [fontname="Helvetica", fontsize=9, color="#555555", fontcolor="#555555"];']
     for n in sorted(nodes):
         shape, fill = ("box", RUN_FILL) if nodes[n] == "run" else ("note", ART_FILL)
         extra = f', penwidth=2.5, color="{TARGET_EDGE}"' if n == target else ""
         lines.append(f"  {ids[n]} [label={q(labels[n])}, shape={shape}, fillcolor=\"{fill}\"{extra}];")
-    lines += [f"  {ids[a]} -> {ids[b]} [label={q(role)}];" for a, b, role in sorted(edges)]
+    lines += [f"  {ids[a]} -> {ids[b]} [label={q(role)}" + (", style=dashed" if role.endswith(PENDING) else "") + "];"
+              for a, b, role in sorted(edges)]
     lines.append("}")
     p = subprocess.run([dot, "-Tsvg"], input="\n".join(lines), capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
@@ -185,7 +197,8 @@ def _mpl_graph_svg(nodes, edges, labels, target) -> str:
     for a, b, role in sorted(edges):
         (x0, y0), (x1, y1) = pos[a], pos[b]
         ax.annotate("", xy=(x1 - 0.75, y1), xytext=(x0 + 0.75, y0),
-                    arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 0.8})
+                    arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 0.8,
+                                "linestyle": "--" if role.endswith(PENDING) else "-"})
         ax.text((x0 + x1) / 2, (y0 + y1) / 2 + 0.08, role, fontsize=6, color="#555555", ha="center")
     for n, (x, y) in pos.items():
         run = nodes[n] == "run"
@@ -287,7 +300,7 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
         dot = shutil.which("dot")
     idx = store.index()
     title, runs, seeds, highlight = _scope(store, idx, target)
-    nodes, edges = _walk(idx, runs, seeds)
+    nodes, edges = _walk(store, idx, runs, seeds)
     shown = runs or sorted(n for n, w in nodes.items() if w == "run")
     e = html.escape
     parts = [f"<h1>{e(title)}</h1>",
@@ -300,7 +313,8 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
     if nodes:
         parts.append('<div class="graph">' + inline_svg(_graph_svg(store, idx, nodes, edges, highlight, dot)) + "</div>")
         parts.append(f'<p class="meta">{sum(w == "run" for w in nodes.values())} runs (boxes), '
-                     f'{sum(w == "art" for w in nodes.values())} artifacts (notes); arrows are labelled with the input or output role.</p>')
+                     f'{sum(w == "art" for w in nodes.values())} artifacts (notes); arrows are labelled with the input or output '
+                     f'role, dashed where a run will take its input from another run when it starts.</p>')
     else:
         parts.append("<p>no lineage recorded</p>")
     parts.append("</section>")

@@ -220,3 +220,14 @@ def test_bad_input_is_one_line_exit_2_store_unchanged(store, tmp_path, args, say
     assert r.code == 2 and r.out == "" and len(r.err.splitlines()) == 1 and says in r.err, r.err
     assert tree_state(store) == before
     assert not list(tmp_path.glob("*.html"))
+
+
+def test_a_run_that_never_started_shows_its_pending_input(tmp_path):
+    store = tmp_path / "s"
+    r = run_jobs(store, "submit", "testchain", "--stages", "count,double", "count.fail=true", env=ENV)
+    assert r.code == 1
+    runs = {row["stage"]: row for row in Store(store).index().runs()}
+    assert runs["count"]["state"] == "FAILED" and runs["double"]["state"] != "SUCCEEDED"
+    text = report(store, runs["double"]["id"], tmp_path / "r.html")
+    graph = text[text.index('id="lineage"'):text.index('id="eval"')]
+    assert "numbers (when it starts)" in graph and 'stroke-dasharray' in graph and "FAILED" in graph
