@@ -137,3 +137,72 @@ def test_digest_carries_its_algorithm():
     assert (d.algorithm, d.value, str(d)) == ("sha256", "abc", "sha256:abc")
     with pytest.raises(ValueError):
         Digest.parse("abc")
+
+
+def test_register_checks_every_entry_before_the_first_chmod(tmp_path):
+    """A link deep in the tree is found before any file is made read-only, and its target keeps its mode."""
+    from lineage.errors import Unsafe
+
+    store = Store.open(tmp_path / "s", create=True)
+    victim = make_dir(tmp_path / "outside", {"victim": b"x"}) / "victim"
+    os.chmod(victim, 0o666)
+    d = make_dir(tmp_path / "out", {"a.txt": b"a", "z/deep/b.txt": b"b"})
+    os.symlink(victim, d / "z" / "deep" / "zz-link")
+    with pytest.raises(Unsafe, match="zz-link is a symbolic link") as e:
+        store.register(d, kind="model")
+    assert "\n" not in str(e.value)
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o666
+    assert (d / "a.txt").stat().st_mode & stat.S_IWUSR and (d / "z").stat().st_mode & stat.S_IWUSR
+    assert not (store.records / "artifact").exists()
+
+
+def test_stat_cache_catches_a_same_size_same_mtime_edit(tmp_path):
+    store = Store.open(tmp_path / "s", create=True)
+    d = make_dir(tmp_path / "d", {"w": b"1234"})
+    art = store.register(d, kind="model", name="t/model")
+    store.verify(art)  # fills the stat cache
+    f = d / "w"
+    st = f.stat()
+    os.chmod(f, 0o644)
+    f.write_bytes(b"9234")
+    os.chmod(f, stat.S_IMODE(st.st_mode))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(Corrupt, match="changed w"):
+        store.verify(art)
+    with pytest.raises(Corrupt, match="t/model:latest is corrupt: .* changed w"):
+        store.resolve_verified("t/model:latest")
+
+
+def test_names_and_run_ids_stay_inside_the_store(tmp_path):
+    store = Store.open(tmp_path / "s", create=True)
+    for bad in ("/etc/passwd:latest", "../x:latest", "a/../../b:v1", "a//b:latest", "A:latest"):
+        with pytest.raises(LineageError, match="bad artifact name"):
+            store.resolve_artifact(bad)
+    run = store.create_run({"recipe": "r", "stage": "s", "inputs": {}, "config": {}})
+    idx = store.index()
+    assert idx.resolve_run(run) == run and idx.resolve_run(run[:8]) == run
+    for bad in ("%", "_", run[:4] + "%", "' OR 1=1 --"):
+        with pytest.raises(LineageError, match="bad run ID"):
+            idx.resolve_run(bad)
+
+
+def test_damaged_records_name_their_file(tmp_path):
+    from lineage.errors import Damaged
+
+    store = Store.open(tmp_path / "s", create=True)
+    run = store.create_run({"recipe": "r", "stage": "s", "inputs": {}, "config": {}})
+    path = store._path("run", run)
+    path.write_bytes(path.read_bytes()[:10])
+    with pytest.raises(Damaged, match=f"{path}: truncated"):
+        store.run(run)
+    with pytest.raises(Damaged, match=str(path)):
+        store.index()
+
+
+def test_concurrent_creators_both_open_the_store(tmp_path):
+    """A creator that finds only another creator's half-written marker takes the folder as empty."""
+    root = tmp_path / "new"
+    root.mkdir()
+    (root / ".jobs-store.json.abc.tmp").write_text("")
+    assert Store.open(root, create=True).root == root
+    assert Store.open(root).root == root
