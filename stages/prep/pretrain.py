@@ -160,7 +160,9 @@ def tokenize_shard(source: dict, index: int, shards: int, budget: float, tok_dir
         if not stats[split]["documents"]:
             for ext in (".bin", ".idx"):
                 Path(str(w.prefix) + ext).unlink()
-    return {"source": source["name"], "index": index, **stats}
+    import ray
+
+    return {"source": source["name"], "index": index, "node": ray.get_runtime_context().get_node_id(), **stats}
 
 
 def write_blend(ctx, cfg: dict, results: list[dict], out: Path, tokenizer, dtype) -> Path:
@@ -188,6 +190,7 @@ def write_blend(ctx, cfg: dict, results: list[dict], out: Path, tokenizer, dtype
         metrics[f"prep/valid_tokens/{s['name']}"] = info["valid_tokens"]
         metrics[f"prep/documents/{s['name']}"] = info["train_documents"] + info["valid_documents"]
     metrics["prep/tokens"] = sum(v for k, v in metrics.items() if k.startswith("prep/tokens/"))
+    metrics["prep/ray_nodes"] = len({r["node"] for r in results})     # nodes whose workers tokenized
     (out / "blend.json").write_text(json.dumps(blends["train"], indent=1, sort_keys=True) + "\n")
     (out / "blend_valid.json").write_text(json.dumps(blends["valid"], indent=1, sort_keys=True) + "\n")
     manifest = {
@@ -195,6 +198,7 @@ def write_blend(ctx, cfg: dict, results: list[dict], out: Path, tokenizer, dtype
         "tokenizer": dict(cfg["tokenizer"], eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id),
         "split": {"train": "blend.json", "valid": "blend_valid.json"},
         "sources": per_source, "num_shards": cfg["num_shards"], "max_tokens": cfg["max_tokens"],
+        "ray_nodes": metrics["prep/ray_nodes"],
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     ctx.log(metrics, step=0)

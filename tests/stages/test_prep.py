@@ -39,25 +39,15 @@ def prepared(tmp_path_factory):
     src = tmp_path_factory.mktemp("nano3 sources")
     facts = make.make(src)
     store = tmp_path_factory.mktemp("prep store") / "store"
-    r = run_jobs(store, "submit", "nano3", "--stage", "prep_pretrain", *QUIET,
-                 f"prep_pretrain.tokenizer.model={src}/tokenizer",
-                 f"prep_pretrain.sources=[{{name: web, path: '{src}/pretrain/web', text_field: text, weight: 3}},"
-                 f" {{name: math, path: '{src}/pretrain/math', text_field: text, weight: 1}}]",
-                 "prep_pretrain.num_shards=3", "prep_pretrain.valid_fraction=0.1", "prep_pretrain.workers_per_node=2")
-    assert r.code == 0, r.out + r.err
-    r = run_jobs(store, "submit", "nano3", "--stage", "prep_sft", *QUIET,
-                 "--input", "tokenizer=nano3/prep_pretrain/tokenizer:latest",
-                 f"prep_sft.sources=[{{name: chats, path: '{src}/sft/chats', weight: 1.0}}]",
-                 f"prep_sft.prefs.sources=[{{name: hs3, path: '{src}/prefs/helpsteer3', format: helpsteer3}},"
-                 f" {{name: pairs, path: '{src}/prefs/pairs', format: pairs}}]",
-                 "prep_sft.pack_size=128", "prep_sft.valid_fraction=0.1", "prep_sft.reasoning_off_fraction=0.5")
-    assert r.code == 0, r.out + r.err
-    r = run_jobs(store, "submit", "nano3", "--stage", "prep_rl", *QUIET,
-                 f"prep_rl.sources=[{{name: math, path: '{src}/rl/math', env_map: {{math_with_judge: math}}}},"
-                 f" {{name: chat, path: '{src}/rl/chat', prompt_only: true, env: reward_model}}]",
-                 f"prep_rl.eval.sources=[{{name: bench, path: '{src}/eval/bench', prompt_field: problem, answer_field: answer}}]",
-                 "prep_rl.eval.held_out=5", "prep_rl.valid_size=8", "prep_rl.decontaminate.ngram=8")
-    assert r.code == 0, r.out + r.err
+    toy = make.overrides(src)
+    # Two environments here, to check the mix and prompt-only rows (nano3's own rl runs math only).
+    toy["prep_rl"] += [f"prep_rl.sources=[{{name: math, path: '{src}/rl/math', env_map: {{math_with_judge: math}}}},"
+                       f" {{name: chat, path: '{src}/rl/chat', prompt_only: true, env: reward_model}}]",
+                       "prep_rl.mix={math: 0.8}", "+prep_rl.mix.reward_model=0.2"]
+    for stage in ("prep_pretrain", "prep_sft", "prep_rl"):
+        inputs = ["--input", "tokenizer=nano3/prep_pretrain/tokenizer:latest"] if stage == "prep_sft" else []
+        r = run_jobs(store, "submit", "nano3", "--stage", stage, *inputs, *QUIET, *toy[stage])
+        assert r.code == 0, r.out + r.err
     return {"store": Store(store), "src": src, **facts}
 
 
@@ -96,6 +86,7 @@ def test_prep_pretrain_writes_exactly_the_tokens_of_a_direct_tokenization(prepar
         info = manifest["sources"][name]
         assert info["valid_documents"] == len(docs) // 10 or info["valid_documents"] >= 1
     assert view.metrics["prep/tokens"] == sum(len(d) for docs in direct.values() for d in docs)
+    assert view.metrics["prep/ray_nodes"] == 1                  # one local node here; Slurm spreads over the job's
     # Each source's shards carry its normalised weight (3:1), train and valid alike.
     for file in ("blend.json", "blend_valid.json"):
         weights = json.loads((blend / file).read_text())
@@ -251,7 +242,8 @@ def test_prep_rl_drops_exactly_the_planted_contaminated_prompts(prepared):
     ("prep_pretrain", "prep_pretrain.sources=[{name: web, path: 'hf://x/y', text_field: text, weight: 0}]", "weight must be a number > 0"),
     ("prep_pretrain", "prep_pretrain.sources=[{name: web, path: 'relative/dir', text_field: text, weight: 1}]", "must be absolute"),
     ("prep_rl", "prep_rl.decontaminate.ngram=0", "prep_rl.decontaminate.ngram must be an integer in [1, 1000]"),
-    ("prep_rl", "~prep_rl.mix.reward_model", "environment 'reward_model' is not in prep_rl.mix"),
+    ("prep_rl", "prep_rl.sources=[{name: c, path: 'hf://x/y', prompt_only: true, env: reward_model}]",
+     "environment 'reward_model' is not in prep_rl.mix"),
     ("prep_rl", "prep_rl.mix.math=-1", "prep_rl.mix.math must be a number > 0"),
     ("prep_pretrain,prep_sft", "prep_sft.packing_algorithm=best_fit", "prep_sft.packing_algorithm must be one of"),
 ])
