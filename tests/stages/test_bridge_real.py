@@ -1,6 +1,9 @@
 """Our rendered Megatron-Bridge run against the real Bridge 0.3.1 + megatron-core 0.16.1 on CPU, in
 .venv-bridge (dev/bridge_venv.sh; transformers<5 keeps it apart from the project venv):
 
+- AutoBridge's conversion of a tiny HF Llama (426k parameters) to Megatron, saved as a Megatron
+  checkpoint, and `export_ckpt` back to HF: every tensor bit-identical, equal logits, and the
+  Megatron model's own forward matching HF's (tests/stages/bridge_roundtrip.py);
 - the nano3 pretrain and sft overrides, rendered for Bridge 0.3.1, applied by the rendered
   bridge_train.py's own `config()` to Bridge's real Nemotron-3-Nano recipes, pass
   ConfigContainer.validate(): no key skipped, blend set (no mock data), FinetuningDatasetConfig
@@ -124,3 +127,15 @@ def test_sft_overrides_validate_with_our_finetuning_dataset_not_squad(tmp_path):
     assert out["dataset"] == "FinetuningDatasetConfig" and out["dataset_name"] is None
     assert out["dataset_root"] == str(tmp_path / "sft_data") and out["packed"] == "PackedSequenceSpecs"
     assert (out["ep"], out["gbs"], out["seq"]) == (8, 256, 4096)
+
+
+def test_autobridge_round_trip_is_bit_identical_and_megatron_logits_match_hf(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "MASTER_PORT": "29531"}
+    p = subprocess.run([str(PY), str(HERE / "bridge_roundtrip.py"), str(tmp_path)], capture_output=True, text=True,
+                       env=env, timeout=900, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["tensors"] == out["back"] == out["identical"] == 21       # embeddings, 2 layers x 9, norm, head
+    assert out["logits_max_abs_diff"] == 0.0
+    assert out["megatron_vs_hf_logits"] < 1e-5                            # measured 3.9e-07 (float32)
+    assert (tmp_path / "megatron" / "iter_0000000").is_dir()
