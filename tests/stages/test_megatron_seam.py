@@ -198,3 +198,72 @@ def test_nano3_recipe_stages_translate(tmp_path):
         assert job.gpus == res["nodes"] * res["gpus_per_node"]
         assert yaml.safe_load(files["overrides"].read_text()) == job.overrides()
         ast.parse(files["train"].read_text())
+
+
+# ---- NeMo RL (rl, rm) and what a submit refuses ------------------------------------------------
+
+def nano3_config(stage, overrides=()):
+    nano3 = recipes.load("nano3")
+    return recipes.compose(nano3, stage, list(overrides)), nano3.stage(stage).resources
+
+
+def test_nemo_rl_configs_inherit_the_images_example_and_carry_the_keys_their_drivers_read():
+    from stages import nemo_rl
+
+    cfg, res = nano3_config("rl")
+    drv, out = nemo_rl.render(cfg, "rl", res)
+    assert drv.script == "examples/run_grpo_math.py"
+    assert out["defaults"] == "/opt/nemo-rl/examples/configs/grpo_math_1B.yaml"
+    assert out["data"] == {"dataset_name": "ResponseDataset", "train_data_path": "<input prompts>/train.jsonl",
+                           "val_data_path": "<input prompts>/validation.jsonl", "input_key": "prompt",
+                           "output_key": "answer", "prompt_file": None, "system_prompt_file": None,
+                           "max_input_seq_length": 16384}
+    assert "dpo" not in out and set(out["env"]) == {"math"}
+    assert nemo_rl.check_config(cfg, "rl", res) == []
+
+    cfg, res = nano3_config("rl", ["rl.algorithm=dpo"])
+    drv, out = nemo_rl.render(cfg, "rl", res)
+    assert drv.script == "examples/run_dpo.py" and out["defaults"].endswith("examples/configs/dpo.yaml")
+    assert not {"grpo", "loss_fn", "env"} & set(out)
+    assert out["data"]["val_data_paths"] == {"heldout": "<input prefs>/validation.jsonl"}
+
+    cfg, res = nano3_config("rm")
+    drv, out = nemo_rl.render(cfg, "rm", res)
+    assert drv.script == "examples/run_rm.py" and out["defaults"].endswith("examples/configs/rm.yaml")
+    assert out["policy"]["reward_model_cfg"] == {"reward_model_type": "bradley_terry", "enabled": True}
+    assert out["rm"]["max_num_epochs"] == 1 and "policy" not in out["rm"]
+    assert nemo_rl.check_config(cfg, "rm", res) == []
+
+
+def test_reward_model_prompts_go_to_run_grpo_rm_and_a_mix_is_refused():
+    from stages import nemo_rl
+
+    rm_env = {"precision": "bfloat16", "batch_size": 8, "resources": {"gpus_per_node": 8, "num_nodes": 1}}
+    cfg, res = nano3_config("rl", ["~rl.env.math", f"+rl.env.reward_model={rm_env}".replace("'", "")])
+    drv, out = nemo_rl.render(cfg, "rl", res)
+    assert drv.script == "examples/run_grpo_rm.py" and out["defaults"].endswith("grpo_rm_1B.yaml")
+    assert out["env"]["reward_model"]["model_name"] == "<input reward_model>"
+    assert nemo_rl.check_config(cfg, "rl", res) == []
+    cfg, res = nano3_config("rl", [f"+rl.env.reward_model={rm_env}".replace("'", "")])
+    [problem] = nemo_rl.check_config(cfg, "rl", res)
+    assert "rl.env must name exactly one of math, reward_model" in problem
+
+
+def test_a_bad_layout_or_a_key_the_image_lacks_is_refused_at_submit_in_one_line(tmp_path):
+    from helpers import run_jobs, tree_digest
+
+    store = tmp_path / "store"
+    env = {"JOBS_PROFILES": str(tmp_path / "none.yaml")}
+    for override, needle in (("pretrain.model.tensor_model_parallel_size=3", "not a multiple of tensor*pipeline*context = 3"),
+                             ("+sft.dataset.trust_remote_code=true", "sft.dataset.trust_remote_code: unknown key"),
+                             ("+rl.loss_fn.reference_policy_kl_type=k3", "NeMo RL 0.4.0 has no such key"),
+                             ("+rm.policy.dtensor_cfg.foo=1", "rm.policy.dtensor_cfg.foo: NeMo RL 0.4.0 has no such key")):
+        r = run_jobs(store, "submit", "nano3", "--stage", "all", "--executor", "slurm", "--dry-run",
+                     override, env=env)
+        assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and needle in r.err, (override, r.err)
+    assert tree_digest(store) == "absent"
+    r = run_jobs(store, "submit", "nano3", "--stage", "all", "--executor", "slurm", "--dry-run", env=env)
+    assert r.code == 0, r.err
+    for needle in ("Megatron-Bridge nano-v3", "nemotron_3_nano_finetune_config", "FinetuningDatasetConfig",
+                   "blend_per_split", "run_rm.py", "run_grpo_math.py", "defaults: /opt/nemo-rl/examples/configs/"):
+        assert needle in r.out, needle
