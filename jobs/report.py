@@ -411,7 +411,7 @@ def _run_section(store, idx, run: str) -> str:
         listing = "\n".join(f"{k}=={x}" for k, x in sorted(pkgs.items())) if isinstance(pkgs, dict) else \
             "\n".join(map(str, pkgs))
         out.append(f"<details><summary>{len(pkgs)} installed distributions</summary><pre>{e(listing)}</pre></details>")
-    out.append("<details open><summary>config</summary><pre>"
+    out.append("<details><summary>config</summary><pre>"
                + e(json.dumps(s.get("config", {}), indent=2, sort_keys=True)) + "</pre></details>")
     out.append("</section>")
     return "\n".join(out)
