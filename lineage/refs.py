@@ -32,6 +32,8 @@ def versions(root: Path, name: str) -> list[int]:
     folder = root / check_name(name)
     if not folder.is_dir():
         return []
+    if not os.path.realpath(folder).startswith(os.path.realpath(root) + os.sep):
+        raise Damaged(f"damaged store: refs folder {show_path(folder)} leads outside the store (a symbolic link)")
     return sorted(int(m[1]) for p in folder.iterdir() if (m := VERSION_FILE.match(p.name)))
 
 
