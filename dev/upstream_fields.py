@@ -151,28 +151,32 @@ class Resolver:
         return tree is not None and any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name for n in tree.body)
 
     def tree(self, spec: str, seen: tuple = ()) -> dict:
-        """TypedDict/dataclass fields, nested: {field: subtree or None}."""
+        """TypedDict/dataclass fields, nested: {field: subtree, or its annotation's source text}."""
         module, name = spec.split(":")
         found = self.find_class(module, name)
         out = {}
         for key, ann in self.fields(spec).items():
             sub = None
+            text = ast.unparse(ann)
             for n in ast.walk(ann):
                 ref = n.id if isinstance(n, ast.Name) else n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else None
                 if ref and found and ref not in seen:
                     inner = self.find_class(found[0], ref)
                     if inner and self.fields(f"{inner[0]}:{ref}"):
                         sub = {**(sub or {}), **self.tree(f"{inner[0]}:{ref}", seen + (name,))}
-            out[key] = sub
+            out[key] = sub or text
         return out
 
 
-def paths(tree: dict, prefix: str = "") -> list[str]:
-    out = []
+def paths(tree: dict, prefix: str = "") -> dict[str, str | None]:
+    """{dotted key: annotation source for a leaf, None for a nested mapping}."""
+    out: dict[str, str | None] = {}
     for key, sub in tree.items():
-        out.append(prefix + key)
-        if sub:
-            out += paths(sub, f"{prefix}{key}.")
+        if isinstance(sub, dict):
+            out[prefix + key] = None
+            out.update(paths(sub, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = sub
     return out
 
 
@@ -214,8 +218,9 @@ def main(bridge_dir: str, megatron_dir: str, rl_dir: str) -> None:
                     node = node.get(part) or {}
                 last = where.split(".")[-1]
                 if last in node:
-                    node[last] = {**(node[last] or {}), **r.tree(sub)}
-            entry["drivers"][name] = {"master_config": spec, "defaults": parent, "keys": sorted(paths(tree))}
+                    node[last] = {**(node[last] if isinstance(node[last], dict) else {}), **r.tree(sub)}
+            keys = paths(tree)
+            entry["drivers"][name] = {"master_config": spec, "defaults": parent, "keys": dict(sorted(keys.items()))}
         for f in ("examples/run_grpo_math.py", "examples/run_grpo_rm.py", "examples/run_dpo.py", "examples/run_rm.py",
                   "examples/configs/grpo_math_1B.yaml", "examples/configs/dpo.yaml", "examples/configs/rm.yaml",
                   "examples/converters/convert_megatron_to_hf.py", "examples/converters/convert_dcp_to_hf.py"):

@@ -79,24 +79,44 @@ def driver_for(kind: str, env: dict | None = None) -> Driver:
     return DRIVERS[f"grpo/{names[0]}"]
 
 
+def _type_problem(annotation: str, value) -> str | None:
+    """Whether `value` fits a TypedDict annotation's scalar types (int, float, bool, str, None);
+    annotations naming anything else (dicts, lists, Literal, other TypedDicts) are not checked."""
+    import re
+
+    words = set(re.findall(r"[A-Za-z_]+", annotation)) - {"NotRequired", "Optional", "Union", "Required"}
+    if not words or not words <= {"int", "float", "bool", "str", "None"}:
+        return None
+    ok = ((value is None and ("None" in words or "Optional" in annotation))
+          or (isinstance(value, bool) and "bool" in words)
+          or (isinstance(value, int) and not isinstance(value, bool) and words & {"int", "float"})
+          or (isinstance(value, float) and "float" in words)
+          or (isinstance(value, str) and "str" in words))
+    return None if ok else f"must be {annotation} (got {value!r})"
+
+
 def unknown_keys(cfg: dict, drv: Driver, ver: str, where: str) -> list[str]:
-    """Key paths of `cfg` that NeMo RL `ver`'s MasterConfig (and data loaders) do not have. A key
-    under a known leaf (a dict-typed field such as vllm_kwargs or env.*) is accepted."""
+    """Key paths of `cfg` that NeMo RL `ver`'s MasterConfig (and data loaders) do not have, and
+    values whose type its annotation refuses. A key under a known leaf that holds a mapping
+    (a dict-typed field such as vllm_kwargs or env) is accepted."""
     import difflib
 
-    known = set(upstream(ver)["drivers"][drv.keys]["keys"]) | set(LOADER_KEYS)
-    parents = {k.rsplit(".", 1)[0] for k in known if "." in k}
-    leaves = known - parents
+    known = {**upstream(ver)["drivers"][drv.keys]["keys"], **{k: None for k in LOADER_KEYS}}
 
     def walk(d: dict, prefix: str) -> list[str]:
         out = []
         for key, value in d.items():
             path = f"{prefix}{key}"
+            name = path if path.split(".")[0] == where else f"{where}.{path}"   # rm's own keys sit under rm.
             if path not in known:
                 near = difflib.get_close_matches(path, sorted(known), n=2)
-                out.append(f"{where}.{path}: NeMo RL {ver} has no such key" + (f" (did you mean {', '.join(near)}?)" if near else ""))
-            elif isinstance(value, dict) and path not in leaves:
+                out.append(f"{name}: NeMo RL {ver} has no such key" + (f" (did you mean {', '.join(near)}?)" if near else ""))
+            elif known[path] is None and isinstance(value, dict):
                 out += walk(value, f"{path}.")
+            elif known[path] is not None:
+                problem = _type_problem(known[path], value)
+                if problem:
+                    out.append(f"{name} {problem}")
         return out
 
     return walk({k: v for k, v in cfg.items() if k != "defaults"}, "")
