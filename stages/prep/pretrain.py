@@ -8,8 +8,9 @@ Outputs:
                 manifest.json (tokenizer, dtype, per-source documents and tokens, shards).
     tokenizer/  the exact tokenizer the shards were written with (`save_pretrained` of the one loaded).
 Work: one Ray task per (source, shard), SPREAD over the allocation's nodes, at most
-workers_per_node tasks per node at a time. Each task reads its contiguous slice of the source and
-stops at its share of max_tokens (weight-normalised, split evenly over shards).
+workers_per_node tasks per node at a time. Each task streams its slice of the source (whole files
+when there are enough, else every num_shards-th row) and stops at its share of max_tokens
+(weight-normalised, split evenly over shards): a hub dataset is never downloaded whole.
 Launch: jobs submit nano3 --stage prep_pretrain [--executor slurm]
 """
 from __future__ import annotations
@@ -124,13 +125,14 @@ def portable_tokenizer(folder: Path) -> None:
 
 def tokenize_shard(source: dict, index: int, shards: int, budget: float, tok_dir: str, out: str, opts: dict) -> dict:
     """One Ray task: slice `index` of `shards` of the source -> train and valid shard files."""
+    import itertools
+
     import numpy as np
     from transformers import AutoTokenizer
 
     from stages.prep.indexed import IndexedWriter
 
-    ds = src.load(source)
-    part = ds.shard(shards, index, contiguous=True)
+    rows = src.shard(source, index, shards)
     tok = AutoTokenizer.from_pretrained(tok_dir)
     dtype = getattr(np, opts["dtype"])
     folder = Path(out) / source["name"]
@@ -138,12 +140,12 @@ def tokenize_shard(source: dict, index: int, shards: int, budget: float, tok_dir
     head = [tok.bos_token_id] if opts["add_bos"] else []
     tail = [tok.eos_token_id] if opts["add_eos"] else []
     frac, used, row = opts["valid_fraction"], 0, 0
-    for start in range(0, len(part), 512):
-        if used >= budget:
+    while used < budget:
+        texts = [r.get(source["text_field"]) for r in itertools.islice(rows, 512)]
+        if not texts:
             break
-        texts = [t for t in part[start:start + 512][source["text_field"]]
-                 if isinstance(t, str) and t and len(t) >= (opts["min_doc_chars"] or 0)]
-        for ids in tok(texts, add_special_tokens=False)["input_ids"]:
+        texts = [t for t in texts if isinstance(t, str) and t and len(t) >= (opts["min_doc_chars"] or 0)]
+        for ids in tok(texts, add_special_tokens=False)["input_ids"] if texts else []:
             if used >= budget:
                 break
             if opts["max_doc_tokens"]:
@@ -162,7 +164,8 @@ def tokenize_shard(source: dict, index: int, shards: int, budget: float, tok_dir
                 Path(str(w.prefix) + ext).unlink()
     import ray
 
-    return {"source": source["name"], "index": index, "node": ray.get_runtime_context().get_node_id(), **stats}
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    return {"source": source["name"], "index": index, "node": node, **stats}
 
 
 def write_blend(ctx, cfg: dict, results: list[dict], out: Path, tokenizer, dtype) -> Path:

@@ -58,5 +58,21 @@ def load(source: dict, split: str | None = None):
     return ds
 
 
-def rows(source: dict, split: str | None = None) -> list[dict]:
-    return list(load(source, split))
+def shard(source: dict, index: int, shards: int):
+    """Rows of slice `index` of `shards`, streamed: a task reads only what its token budget needs,
+    never the whole hub dataset. Whole files per task when the source has at least `shards` files,
+    else every shards-th row (each task then streams past the others' rows)."""
+    import datasets
+
+    path = source["path"]
+    if path.startswith(HF):
+        ds = datasets.load_dataset(path[len(HF):], source.get("subset"), split=source.get("split") or "train",
+                                   revision=source.get("revision"), streaming=True)
+    else:
+        kind, files = _local_files(Path(path))
+        ds = datasets.load_dataset(kind, data_files=files, split="train", streaming=True)
+    if source.get("sample") is not None:
+        ds = ds.take(int(source["sample"]))
+    elif ds.num_shards >= shards:
+        return iter(ds.shard(shards, index))
+    return (row for i, row in enumerate(ds) if i % shards == index)

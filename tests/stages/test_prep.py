@@ -66,7 +66,7 @@ def _direct_docs(src: Path) -> dict[str, list[tuple]]:
     import pyarrow.parquet as pq
 
     tok = _tokenizer(src / "tokenizer")
-    texts = {"web": [r["text"] for f in ("a", "b") for r in _rows(src / f"pretrain/web/{f}.jsonl")],
+    texts = {"web": [r["text"] for f in sorted((src / "pretrain/web").glob("*.jsonl")) for r in _rows(f)],
              "math": pq.read_table(src / "pretrain/math/part-0.parquet").column("text").to_pylist()}
     return {name: [tuple(tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]) for t in ts if t]
             for name, ts in texts.items()}
@@ -109,6 +109,27 @@ def _needs(module: str) -> None:
                   "dev/bridge_venv.sh builds that venv, or set JOBS_MCORE_PYTHON")
         print(reason)
         pytest.skip(reason)
+
+
+def test_a_shard_stops_at_its_token_budget(tmp_path):
+    """max_tokens is split over sources and shards; a shard ends with the document that reaches its share."""
+    from stages.prep.pretrain import portable_tokenizer, tokenize_shard
+
+    src = tmp_path / "src"
+    make.make(src)
+    portable_tokenizer(src / "tokenizer")
+    docs = _direct_docs(src)["math"]
+    source = {"name": "math", "path": str(src / "pretrain/math"), "text_field": "text"}
+    opts = {"min_doc_chars": None, "max_doc_tokens": None, "valid_fraction": 0.0, "add_bos": False,
+            "add_eos": True, "dtype": "uint16"}
+    out = tokenize_shard(source, 0, 1, 50, str(src / "tokenizer"), str(tmp_path / "out"), opts)
+    k = next(i for i in range(1, len(docs) + 1) if sum(map(len, docs[:i])) >= 50)
+    assert out["train"] == {"documents": k, "tokens": sum(map(len, docs[:k]))}
+    assert [tuple(d.tolist()) for d in indexed.read(tmp_path / "out" / "math" / "train_00000")] == docs[:k]
+    # Two shards of one file: every other row each, all rows between them.
+    halves = [tokenize_shard(source, i, 2, 1e9, str(src / "tokenizer"), str(tmp_path / "two"), opts) for i in (0, 1)]
+    assert [h["train"]["documents"] for h in halves] == [(len(docs) + 1) // 2, len(docs) // 2]
+    assert [tuple(d.tolist()) for d in indexed.read(tmp_path / "two" / "math" / "train_00001")] == docs[1::2]
 
 
 def test_megatron_cores_reader_reads_back_exactly_the_tokens_written(prepared):
