@@ -2,7 +2,7 @@
 
 Runs the real console script (.venv/bin/jobs) in a subprocess, --repeats times each, and reports
 the median and best. `jobs list` is measured with a warm index (already synced: the normal case) and
-with a cold one (index.sqlite deleted, so the first sync reads every record: --cold-repeats times).
+with a cold one (the per-host index.sqlite deleted, so the first sync reads every record: --cold-repeats times).
 Then runs both commands once under `python -X importtime` and lists what they import: none of
 torch, ray or transformers may be among them.
 
@@ -25,6 +25,8 @@ from pathlib import Path
 
 # bench/lineage.py would shadow the lineage package when this folder is first on sys.path.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from lineage.store import cache_dir  # noqa: E402  (after the sys.path fix above)
 
 JOBS = str(Path(sys.executable).parent / "jobs")
 STAMP = "v1"  # bump when build() changes, so a cached store of the old shape is not reused
@@ -106,7 +108,7 @@ def main() -> int:
     # Cold: the first sync after the runs were made reads every record file.
     cold = []
     for _ in range(args.cold_repeats):
-        (root / "index.sqlite").unlink(missing_ok=True)
+        (cache_dir(root) / "index.sqlite").unlink(missing_ok=True)
         cold.append(jobs([*store, "list"]))
     if built is not None:
         time.sleep(2.1)  # folders touched in the index's 2 s settle window would be re-read at every sync
