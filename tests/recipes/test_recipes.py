@@ -140,7 +140,8 @@ def test_nano3_rl_batch_fits_the_policy_nodes_and_saves_before_the_time_limit():
     rl, res = nano3("rl")
     policy, grpo = rl["policy"], rl["grpo"]
     mc = policy["megatron_cfg"]
-    policy_gpus = (res["nodes"] - rl["env"]["reward_model"]["resources"]["num_nodes"]) * res["gpus_per_node"]
+    rm_nodes = rl["env"].get("reward_model", {}).get("resources", {}).get("num_nodes", 0)   # a reward-model env's own nodes
+    policy_gpus = (res["nodes"] - rm_nodes) * res["gpus_per_node"]
     data_parallel = policy_gpus // (mc["tensor_model_parallel_size"] * mc["pipeline_model_parallel_size"]
                                     * mc["context_parallel_size"])
     rollouts = grpo["num_prompts_per_step"] * grpo["num_generations_per_prompt"]
