@@ -232,6 +232,14 @@ def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] |
             size *= v
         if gpus % size:
             problems.append(f"{stage}.policy.{name}: {gpus} GPUs are not a multiple of the model-parallel size {size}")
+            continue
+        gbs, mbs = pol.get("train_global_batch_size"), pol.get("train_micro_batch_size", 1)
+        if isinstance(gbs, int) and isinstance(mbs, int) and mbs > 0 and gbs % (mbs * (gpus // size)):
+            problems.append(f"{stage}.policy.train_global_batch_size {gbs} is not a multiple of train_micro_batch_size "
+                            f"* data parallel = {mbs} * {gpus // size} ({gpus} GPUs / model-parallel size {size})")
+    vllm_tp = ((pol.get("generation") or {}).get("vllm_cfg") or {}).get("tensor_parallel_size")
+    if isinstance(vllm_tp, int) and vllm_tp > 0 and gpus and gpus % vllm_tp:
+        problems.append(f"{stage}.policy.generation.vllm_cfg.tensor_parallel_size {vllm_tp} does not divide {gpus} GPUs")
     return problems
 
 

@@ -257,7 +257,8 @@ def test_a_bad_layout_or_a_key_the_image_lacks_is_refused_at_submit_in_one_line(
     for override, needle in (("pretrain.model.tensor_model_parallel_size=3", "not a multiple of tensor*pipeline*context = 3"),
                              ("+sft.dataset.trust_remote_code=true", "sft.dataset.trust_remote_code: unknown key"),
                              ("+rl.loss_fn.reference_policy_kl_type=k3", "NeMo RL 0.4.0 has no such key"),
-                             ("+rm.policy.dtensor_cfg.foo=1", "rm.policy.dtensor_cfg.foo: NeMo RL 0.4.0 has no such key")):
+                             ("+rm.policy.dtensor_cfg.foo=1", "rm.policy.dtensor_cfg.foo: NeMo RL 0.4.0 has no such key"),
+                             ("rl.policy.train_global_batch_size=2000", "not a multiple of train_micro_batch_size * data parallel = 1 * 32")):
         r = run_jobs(store, "submit", "nano3", "--stage", "all", "--executor", "slurm", "--dry-run",
                      override, env=env)
         assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and needle in r.err, (override, r.err)
