@@ -243,7 +243,8 @@ def test_reward_model_prompts_go_to_run_grpo_rm_and_a_mix_is_refused():
     drv, out = nemo_rl.render(cfg, "rl", res)
     assert drv.script == "examples/run_grpo_rm.py" and out["defaults"].endswith("grpo_rm_1B.yaml")
     assert out["env"]["reward_model"]["model_name"] == "<input reward_model>"
-    assert nemo_rl.check_config(cfg, "rl", res) == []
+    assert "data parallel = 1 * 28" in nemo_rl.check_config(cfg, "rl", res)[0]   # the RM's node leaves 56 GPUs
+    assert nemo_rl.check_config(cfg, "rl", {**res, "nodes": res["nodes"] + 1}) == []
     cfg, res = nano3_config("rl", [f"+rl.env.reward_model={rm_env}".replace("'", "")])
     [problem] = nemo_rl.check_config(cfg, "rl", res)
     assert "rl.env must name exactly one of math, reward_model" in problem
