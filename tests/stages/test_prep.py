@@ -83,8 +83,12 @@ def test_prep_pretrain_writes_exactly_the_tokens_of_a_direct_tokenization(prepar
                    for d in indexed.read(prefix.with_suffix(""))]
         assert Counter(written) == Counter(docs), name      # every document once, token for token
         assert view.metrics[f"prep/tokens/{name}"] == sum(map(len, docs))
-        info = manifest["sources"][name]
-        assert info["valid_documents"] == len(docs) // 10 or info["valid_documents"] >= 1
+        # valid_fraction 0.1: each shard holds out exactly floor(its documents / 10), evenly spaced.
+        for i in range(3):
+            n = {split: len(indexed.read(blend / name / f"{split}_{i:05d}"))
+                 if (blend / name / f"{split}_{i:05d}.idx").exists() else 0 for split in ("train", "valid")}
+            assert n["valid"] == (n["train"] + n["valid"]) // 10
+        assert manifest["sources"][name]["valid_documents"] >= 1
     assert view.metrics["prep/tokens"] == sum(len(d) for docs in direct.values() for d in docs)
     assert view.metrics["prep/ray_nodes"] == 1                  # one local node here; Slurm spreads over the job's
     # Each source's shards carry its normalised weight (3:1), train and valid alike.
