@@ -27,6 +27,12 @@ def check_config(config: dict) -> list[str]:
     return importlib.import_module(STAGES[_which(config)]).check_config(config)
 
 
+def preview(config: dict, resources: dict) -> str | None:
+    """What the job will do, for --dry-run (the module's own `preview`, if it has one)."""
+    module = importlib.import_module(STAGES[_which(config)])
+    return module.preview(config, resources) if hasattr(module, "preview") else None
+
+
 def run(ctx) -> dict[str, Path]:
     stage = ctx.stage if ctx.stage in STAGES else _which(ctx.config)
     return importlib.import_module(STAGES[stage]).run(ctx)

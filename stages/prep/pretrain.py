@@ -66,6 +66,21 @@ def tokenizer_problems(model: str, where: str) -> list[str]:
     return []
 
 
+def preview(config: dict, resources: dict) -> str:
+    """The Ray work plan: tasks, concurrency, each source's token budget."""
+    cfg = config["prep_pretrain"]
+    nodes, shards = int(resources.get("nodes", 1)), cfg["num_shards"]
+    total_w = sum(s["weight"] for s in cfg["sources"])
+    lines = [f"prep_pretrain: {len(cfg['sources'])} sources x {shards} shards = {len(cfg['sources']) * shards} Ray tasks "
+             f"(SPREAD), at most {cfg['workers_per_node']} per node x {nodes} nodes at once; tokenizer "
+             f"{cfg['tokenizer']['model']} (revision {cfg['tokenizer']['revision']})"]
+    lines += [f"  {s['name']}: {s['path']}{' / ' + s['subset'] if s.get('subset') else ''} -> "
+              f"{cfg['max_tokens'] * s['weight'] / total_w:.3g} tokens (weight {s['weight'] / total_w:.3f})"
+              for s in cfg["sources"]]
+    return "\n".join(lines + ["writes blend/<source>/{train,valid}_NNNNN.{bin,idx}, blend.json, blend_valid.json, "
+                              "manifest.json; tokenizer/"])
+
+
 def run(ctx) -> dict[str, Path]:
     import ray
     from transformers import AutoTokenizer

@@ -126,6 +126,16 @@ def collect(cfg: dict, dropped: dict) -> list[dict]:
     return pool
 
 
+def preview(config: dict, resources: dict) -> str:
+    cfg = config["prep_rl"]
+    return "\n".join([
+        f"prep_rl: mix {cfg['mix']}, {cfg['valid_size']} validation prompts, eval = "
+        f"{', '.join(s['name'] for s in cfg['eval']['sources']) or 'no benchmark'} + {cfg['eval']['held_out']} held out, "
+        f"training prompts sharing a {cfg['decontaminate']['ngram']}-gram with an eval prompt dropped",
+        *(f"  {s['name']}: {s['path']} -> {s.get('env') or s.get('env_map')}" for s in cfg["sources"]),
+        "writes prompts/{train,validation}.jsonl {prompt, answer, task_name}; eval/test.jsonl {prompt, answer, source}"])
+
+
 def run(ctx) -> dict[str, Path]:
     from stages.prep import sources as src
 

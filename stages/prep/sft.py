@@ -58,6 +58,18 @@ def check_config(config: dict) -> list[str]:
     return problems
 
 
+def preview(config: dict, resources: dict) -> str:
+    cfg = config["prep_sft"]
+    return "\n".join([
+        f"prep_sft: {len(cfg['sources'])} chat sources rendered with the {cfg['chat_template']!r} chat template, "
+        f"packed into {cfg['pack_size']}-token bins ({cfg['packing_algorithm']}, overlong: {cfg['overlong']})",
+        *(f"  {s['name']}: {s['path']}{' / ' + s['subset'] if s.get('subset') else ''} (weight {s['weight']})"
+          for s in cfg["sources"]),
+        f"  prefs: {', '.join(s['name'] + ' (' + s['format'] + ')' for s in cfg['prefs']['sources']) or 'none'}, "
+        f"|preference| >= {cfg['prefs']['min_strength']}, <= {cfg['prefs']['max_tokens']} tokens",
+        "writes sft/{training,validation}.jsonl, sft/packed/*.npy, sft/bridge.json; prefs/{train,validation}.jsonl"])
+
+
 def run(ctx) -> dict[str, Path]:
     from transformers import AutoTokenizer
 

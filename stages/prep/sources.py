@@ -41,18 +41,22 @@ def _local_files(p: Path) -> tuple[str, list[str]]:
 
 
 def load(source: dict, split: str | None = None):
-    """The source as a `datasets.Dataset` (rows in file order, or the hub's order)."""
+    """The source's rows: a `datasets.Dataset` (file order, or the hub's), or a list when a hub
+    source is sampled."""
     import datasets
 
     split = split or source.get("split") or "train"
     path = source["path"]
+    sample = source.get("sample")
+    if path.startswith(HF) and sample is not None:     # a quick run streams its first rows, downloads nothing more
+        return list(datasets.load_dataset(path[len(HF):], source.get("subset"), split=split,
+                                          revision=source.get("revision"), streaming=True).take(int(sample)))
     if path.startswith(HF):
         ds = datasets.load_dataset(path[len(HF):], source.get("subset"), split=split,
                                    revision=source.get("revision"))
     else:
         kind, files = _local_files(Path(path))
         ds = datasets.load_dataset(kind, data_files=files, split="train")
-    sample = source.get("sample")
     if sample is not None and sample < len(ds):
         ds = ds.select(range(int(sample)))
     return ds

@@ -309,3 +309,11 @@ def test_prep_pretrain_on_two_slurm_nodes_tokenizes_on_both(tmp_path):
     assert view.metrics["prep/ray_nodes"] == 2
     direct = _direct_docs(src)
     assert view.metrics["prep/tokens"] == sum(len(d) for docs in direct.values() for d in docs)
+
+
+def test_the_slurm_dry_run_shows_each_prep_stages_plan(store_path):
+    r = run_jobs(store_path, "submit", "nano3", "--stages", "prep_pretrain,prep_sft,prep_rl", "--executor", "slurm",
+                 "--dry-run")
+    assert r.code == 0, r.err
+    assert "# prep_pretrain: 5 sources x 64 shards = 320 Ray tasks (SPREAD), at most 48 per node x 2 nodes" in r.out
+    assert "packed into 4096-token bins" in r.out and "sharing a 13-gram with an eval prompt dropped" in r.out
