@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -121,6 +122,10 @@ class StageJob(submitit.helpers.Checkpointable):
         return self._done.get("outputs")
 
     def _work(self) -> None:
+        # Slurm signals every process of the step, not only ours: without this, its USR2 kills the
+        # Ray processes and engines the stage starts (they inherit this thread's mask) before the
+        # stage can checkpoint. The main thread still takes it, for checkpoint() below.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
         try:
             self._done["outputs"] = execute(self.store_root, self.run_id, self._stop.is_set)
         except BaseException as e:  # handed to the main thread
