@@ -85,7 +85,11 @@ def _walk(store, idx, runs: list[str], arts: list[str]) -> tuple[dict[str, str],
             continue
         seen.add(a)
         nodes[a] = "art"
-        for p in idx.producer(a):
+        made = idx.producer(a)
+        # Runs that wrote the same bytes again (a re-run, a changed checkout) add nothing to the
+        # picture: one producer, the shown run if any, else the newest.
+        made = [p for p in made if p["run"] in runs] or sorted(made, key=lambda p: p["run"])[-1:]
+        for p in made:
             nodes[p["run"]] = "run"
             edges.add((p["run"], a, p["role"]))
             for e in idx.edges_of(p["run"], "in"):
@@ -314,7 +318,8 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
         parts.append('<div class="graph">' + inline_svg(_graph_svg(store, idx, nodes, edges, highlight, dot)) + "</div>")
         parts.append(f'<p class="meta">{sum(w == "run" for w in nodes.values())} runs (boxes), '
                      f'{sum(w == "art" for w in nodes.values())} artifacts (notes); arrows are labelled with the input or output '
-                     f'role, dashed where a run will take its input from another run when it starts.</p>')
+                     f'role, dashed where a run will take its input from another run when it starts; an artifact made '
+                     f'again by later runs shows one producer.</p>')
     else:
         parts.append("<p>no lineage recorded</p>")
     parts.append("</section>")
