@@ -19,7 +19,7 @@ import random
 from pathlib import Path
 
 from jobs.schema import Float, Int, Map, Str, check
-from stages import batches, lm, tracking
+from stages import batches, formats, lm, tracking
 from stages.loop import Schedule, train
 from stages.losses import causal_lm_loss
 
@@ -87,12 +87,11 @@ def run(ctx) -> dict[str, Path]:
 
     # Setup, in dependency order: tokenizer -> packed data -> model (its vocabulary is the tokenizer's).
     tokenizer = lm.load_tokenizer(ctx.input("tokenizer"))
-    lines = (ctx.input("corpus") / "train.txt").read_text().splitlines()
-    blocks = pack(lm.encode(tokenizer, lines, bos=True, eos=True), cfg["model"]["max_len"], seed)
+    blocks = pack(formats.pretrain_documents(ctx.input("corpus"), tokenizer), cfg["model"]["max_len"], seed)
     if len(blocks) < cfg["batch_size"]:
         raise ValueError(f"the corpus makes {len(blocks)} blocks of {cfg['model']['max_len']} tokens, "
                          f"fewer than pretrain.batch_size {cfg['batch_size']}")
-    model = lm.build_model(cfg["model"], tokenizer)
+    model = formats.base_model(ctx.config, cfg["model"], tokenizer)
 
     def loss_fn(m, step, rank, world):
         import torch

@@ -31,7 +31,7 @@ import json
 import time
 from pathlib import Path
 
-from stages import batches, lm, tracking
+from stages import batches, formats, lm, tracking
 from stages.rewards import KINDS
 from stages.rollout import BACKENDS
 
@@ -104,9 +104,9 @@ def run(ctx) -> dict[str, Path]:
     steps = grpo["max_num_steps"] if algo == "grpo" else dpo["max_num_steps"]
     policy_dir = ctx.input("policy")
     tokenizer = lm.load_tokenizer(policy_dir)
-    rows = _jsonl(ctx.input("prompts") / "train.jsonl")
+    rows = formats.rl_prompts(ctx.input("prompts"), "train")
     prompt_ids = lm.encode(tokenizer, [r["prompt"] for r in rows], bos=True)
-    val = _jsonl(ctx.input("prompts") / "validation.jsonl")[:grpo["max_val_samples"]]
+    val = formats.rl_prompts(ctx.input("prompts"), "validation")[:grpo["max_val_samples"]]
     val_ids = lm.encode(tokenizer, [r["prompt"] for r in val], bos=True)
     longest = max(len(p) for p in prompt_ids + val_ids) + gen["max_new_tokens"]
     if longest > json.loads((policy_dir / "config.json").read_text())["max_position_embeddings"]:

@@ -19,10 +19,9 @@ alone (the untrained starting point) and the trained head alone.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from stages import batches, lm, tracking
+from stages import batches, formats, lm, tracking
 from stages.loop import Schedule, train
 from stages.losses import bradley_terry_loss
 
@@ -153,7 +152,7 @@ def run(ctx) -> dict[str, Path]:
     # Setup: SFT model + zero head; pairs split into train and a held-out tail.
     tokenizer = lm.load_tokenizer(ctx.input("model"))
     model = reward_model_class()(lm.load_model(ctx.input("model")), loglik=bool(cfg.get("loglik", True)))
-    pairs = [json.loads(line) for line in (ctx.input("data") / "train.jsonl").read_text().splitlines()]
+    pairs = formats.preference_pairs(ctx.input("data"))
     cut = int(len(pairs) * (1 - cfg["held_out"]))
     train_pairs, test_pairs = pairs[:cut], pairs[cut:]
     prompts = [p["prompt"] for p in train_pairs]

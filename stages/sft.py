@@ -13,11 +13,10 @@ on padding; the bucket is drawn in proportion to its size. Batches are a pure fu
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from jobs.schema import Float, Int, Map, Str, check
-from stages import batches, lm, tracking
+from stages import batches, formats, lm, tracking
 from stages.loop import Schedule, train
 from stages.losses import causal_lm_loss
 
@@ -84,7 +83,7 @@ def run(ctx) -> dict[str, Path]:
     # Setup: the model folder carries its tokenizer; pairs -> rows + answer masks -> length buckets.
     model = lm.load_model(ctx.input("model"))
     tokenizer = lm.load_tokenizer(ctx.input("model"))
-    pairs = [json.loads(line) for line in (ctx.input("data") / "train.jsonl").read_text().splitlines()]
+    pairs = formats.sft_pairs(ctx.input("data"))
     rows, masks = encode_pairs(tokenizer, pairs)
     longest = max(len(r) for r in rows)
     if longest > model.config.max_position_embeddings:

@@ -85,3 +85,33 @@ def read(prefix: Path) -> list[np.ndarray]:
     data = np.fromfile(Path(str(prefix) + ".bin"), dtype=dtype)
     size = np.dtype(dtype).itemsize
     return [data[p // size: p // size + n] for p, n in zip(pointers, lengths)]
+
+
+class Reader:
+    """Documents of `<prefix>.bin/.idx` memory-mapped, read one at a time (what training reads: a
+    shard is never loaded whole). Same format checks as `read`; `reader[i]` is document i's ids."""
+
+    def __init__(self, prefix: Path):
+        raw = np.memmap(Path(str(prefix) + ".idx"), dtype=np.uint8, mode="r")
+        if bytes(raw[:9]) != HEADER or struct.unpack("<Q", bytes(raw[9:17]))[0] != 1:
+            raise ValueError(f"{prefix}.idx is not an MMIDIDX v1 index")
+        codes = {v: k for k, v in CODES.items()}
+        if int(raw[17]) not in codes:
+            raise ValueError(f"{prefix}.idx has an unknown dtype code {int(raw[17])}")
+        self.dtype = codes[int(raw[17])]
+        count, _ = struct.unpack("<QQ", bytes(raw[18:34]))
+        self.lengths = np.frombuffer(raw, dtype="<i4", count=count, offset=34)
+        self.pointers = np.frombuffer(raw, dtype="<i8", count=count, offset=34 + 4 * count)
+        bin_path = Path(str(prefix) + ".bin")
+        size = bin_path.stat().st_size
+        want = int(self.pointers[-1]) + int(self.lengths[-1]) * np.dtype(self.dtype).itemsize if count else 0
+        if size != want:
+            raise ValueError(f"{bin_path} holds {size} bytes, its index describes {want}")
+        self._bin = np.memmap(bin_path, dtype=self.dtype, mode="r") if size else np.zeros(0, dtype=self.dtype)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        start = int(self.pointers[i]) // np.dtype(self.dtype).itemsize
+        return np.asarray(self._bin[start:start + int(self.lengths[i])])
