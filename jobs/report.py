@@ -31,7 +31,7 @@ RUN_FILL, ART_FILL, TARGET_EDGE = "#d6e6f5", "#fbe3c4", "#c0392b"
 MAX_POINTS = 4000          # per curve: a longer series is thinned so the SVG stays small
 PAGE_PT = 860              # the page's content width (1148 px) in points
 PENDING = "(when it starts)"   # the label of an input edge from a run that has not produced it yet
-MAX_READ = 8 << 20         # bytes read from one metrics.jsonl or results.json
+MAX_READ = 64 << 20        # bytes read from one metrics.jsonl or results.json
 
 
 # ---- what the report covers -----------------------------------------------------------------
