@@ -179,39 +179,47 @@ def _layers(nodes, edges) -> dict[str, int]:
 
 
 def _mpl_graph_svg(nodes, edges, labels, target) -> str:
-    """The graph without Graphviz: columns by depth, each column ordered by its parents' rows."""
+    """The graph without Graphviz: ranks by depth (left to right, or top-down for a long chain),
+    each rank ordered by its parents' places; arrows are clipped at the boxes by matplotlib."""
     from matplotlib.figure import Figure
 
     depth = _layers(nodes, edges)
-    cols: dict[int, list[str]] = {}
+    ranks: dict[int, list[str]] = {}
     for n in sorted(nodes, key=lambda n: (depth[n], n)):
-        cols.setdefault(depth[n], []).append(n)
-    pos: dict[str, tuple[float, float]] = {}
-    for c in sorted(cols):
+        ranks.setdefault(depth[n], []).append(n)
+    place: dict[str, float] = {}
+    for r in sorted(ranks):
         def key(n: str) -> float:
-            ys = [pos[a][1] for a, b, _ in edges if b == n and a in pos]
-            return -sum(ys) / len(ys) if ys else 0.0
-        members = sorted(cols[c], key=key)
+            ps = [place[a] for a, b, _ in edges if b == n and a in place]
+            return sum(ps) / len(ps) if ps else 0.0
+        members = sorted(ranks[r], key=key)
         for i, n in enumerate(members):
-            pos[n] = (c * 2.2, (len(members) - 1) / 2 - i)
-    height = max(len(m) for m in cols.values())
-    fig = Figure(figsize=(max(4.0, 1.5 * len(cols)), max(1.6, 0.75 * height)))
+            place[n] = i - (len(members) - 1) / 2
+    down = len(ranks) > 6
+    pos = {n: (place[n], -depth[n]) if down else (depth[n], -place[n]) for n in nodes}
+    across, along = max(len(m) for m in ranks.values()), len(ranks)
+    cols, rows = (across, along) if down else (along, across)
+    fig = Figure(figsize=(max(4.0, 1.9 * cols), max(1.4, 0.8 * rows)))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_axis_off()
-    for a, b, role in sorted(edges):
-        (x0, y0), (x1, y1) = pos[a], pos[b]
-        ax.annotate("", xy=(x1 - 0.75, y1), xytext=(x0 + 0.75, y0),
-                    arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 0.8,
-                                "linestyle": "--" if role.endswith(PENDING) else "-"})
-        ax.text((x0 + x1) / 2, (y0 + y1) / 2 + 0.08, role, fontsize=6, color="#555555", ha="center")
+    xs, ys = [p[0] for p in pos.values()], [p[1] for p in pos.values()]
+    ax.set_xlim(min(xs) - 0.55, max(xs) + 0.55)
+    ax.set_ylim(min(ys) - 0.5, max(ys) + 0.5)
+    boxes = {}
     for n, (x, y) in pos.items():
         run = nodes[n] == "run"
-        ax.text(x, y, labels[n], ha="center", va="center", fontsize=6.5,
-                bbox={"boxstyle": "square,pad=0.4" if run else "round,pad=0.4", "fc": RUN_FILL if run else ART_FILL,
-                      "ec": TARGET_EDGE if n == target else "#333333", "lw": 2.0 if n == target else 0.7})
-    xs, ys = [p[0] for p in pos.values()], [p[1] for p in pos.values()]
-    ax.set_xlim(min(xs) - 1.0, max(xs) + 1.0)
-    ax.set_ylim(min(ys) - 0.6, max(ys) + 0.6)
+        boxes[n] = ax.text(x, y, labels[n], ha="center", va="center", fontsize=6.5, zorder=2, bbox={
+            "boxstyle": "square,pad=0.4" if run else "round,pad=0.4", "fc": RUN_FILL if run else ART_FILL,
+            "ec": TARGET_EDGE if n == target else "#333333", "lw": 2.0 if n == target else 0.7})
+    for a, b, role in sorted(edges):
+        # Drawn after the boxes (higher zorder), so the patches they are clipped at are already placed.
+        ax.annotate("", xy=pos[b], xytext=pos[a], zorder=3, arrowprops={
+            "arrowstyle": "->", "color": "#555555", "lw": 0.8, "shrinkA": 1, "shrinkB": 1,
+            "patchA": boxes[a].get_bbox_patch(), "patchB": boxes[b].get_bbox_patch(),
+            "linestyle": "--" if role.endswith(PENDING) else "-"})
+        (x0, y0), (x1, y1) = pos[a], pos[b]
+        ax.text((x0 + x1) / 2, (y0 + y1) / 2, role, fontsize=5.5, color="#555555", ha="center", va="center",
+                zorder=4, bbox={"fc": "white", "ec": "none", "pad": 0.5})
     return _fig_svg(fig)
 
 
