@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from jobs.errors import JobsError
+from lineage.errors import LineageError
 
 RUN_FILL, ART_FILL, TARGET_EDGE = "#d6e6f5", "#fbe3c4", "#c0392b"
 MAX_POINTS = 4000          # per curve: a longer series is thinned so the SVG stays small
@@ -131,7 +132,7 @@ def _graph_svg(store, idx, nodes: dict[str, str], edges: set, target: str | None
         else:
             try:
                 kind = store.artifact(n)["kind"]
-            except Exception:  # a record the report cannot read is still a node
+            except LineageError:  # a record the report cannot read is still a node
                 kind = "?"
             labels[n] = f"{_art_label(idx, n)}\n{kind}  {n[:12]}"
     if not dot:
@@ -342,7 +343,7 @@ def _eval_section(store, idx, arts: list[str]) -> str:
     for a in sorted(arts):
         try:
             rec = store.artifact(a)
-        except Exception:
+        except LineageError:  # an unreadable record: the graph shows it, the table cannot
             continue
         if rec.get("kind") != "eval-report":
             continue
