@@ -15,12 +15,15 @@ pip=("$venv/bin/pip" install -q)
 # torch first and pinned: the CPU build on local disk; anything else would fetch CUDA wheels.
 "${pip[@]}" torch==2.13.0
 # Both with --no-deps: their declared dependencies include Transformer Engine and other CUDA-only
-# packages. What their imports need is listed below, each for a reason:
-#   transformers/huggingface-hub: Bridge 0.3.1's pins (<5, <1.0); triton: megatron-core's Mamba
-#   code imports it at load; the rest are imported at module level by megatron.bridge.
+# packages. The rest is the smallest set the tests' paths import (measured by removing each):
+# transformers/huggingface-hub at Bridge 0.3.1's pins (<5, <1.0), installed in the same command
+# so datasets resolves to a version that works with that hub; triton (megatron-core's Mamba code
+# imports it at load); datasets, megatron-energon, nvidia-modelopt, omegaconf, einops (imported by
+# megatron.bridge at module level); tensorboard (checkpoint saving). Not needed here: hydra-core,
+# accelerate.
 "${pip[@]}" --no-deps megatron-core==0.16.1 megatron-bridge==0.3.1
 "${pip[@]}" transformers==4.57.6 huggingface-hub==0.36.2 triton datasets megatron-energon nvidia-modelopt \
-  nvidia-resiliency-ext tensorboard omegaconf hydra-core accelerate einops pyyaml
+  omegaconf tensorboard einops pyyaml
 "$venv/bin/python" - <<'EOF'
 import torch, transformers
 assert torch.__version__.startswith("2.13.0"), torch.__version__
