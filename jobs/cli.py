@@ -38,6 +38,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from jobs.errors import ExecutorError
     from jobs.executors import NAMES
     from jobs.plan import make_plan, record, verify_inputs
+    from jobs.provenance import CodeChanged, store_snapshot
     from lineage import Store
 
     if args.executor not in NAMES:
@@ -50,35 +51,40 @@ def cmd_submit(args: argparse.Namespace) -> int:
     root = Path(args.store or os.environ.get("JOBS_HOME") or (profile and profile.store) or DEFAULT_STORE).expanduser()
     _check_store_path(root)
     store = Store(root)
-    plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, args.executor, not args.dry_run)
-    for sp in plan.stages:
-        profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
-    if args.executor == "local":
+    if args.executor == "slurm":
+        from jobs.executors import slurm
+
+        target = slurm.SlurmTarget(profile, allow_unpinned=args.allow_unpinned)
+        executor = slurm.SlurmExecutor(target)
+    for tries in (1, 2, 3):
+        plan = make_plan(store, args.recipe, stage_sel, args.overrides, args.input, args.executor, not args.dry_run)
+        for sp in plan.stages:
+            profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
         if args.dry_run:
-            from jobs.show import print_plan
-            print_plan(plan)
+            if args.executor == "local":
+                from jobs.show import print_plan
+                print_plan(plan)
+            else:
+                print(slurm.dry_run(store.root, [asdict(sp) for sp in plan.stages], target))
             return 0
+        if args.executor == "slurm":
+            prepared = executor.prepare(store.root, [asdict(sp) for sp in plan.stages])
         verify_inputs(store, plan)
         store = Store.open(store.root, create=True)
         store.ensure_writable()
+        try:
+            store_snapshot(store, plan.code)
+            break
+        except CodeChanged:  # someone saved a file between planning and copying: plan again
+            if tries == 3:
+                raise
+
+    if args.executor == "local":
         reused = _reuse(store, plan, None, args.force)
         run_ids = record(store, plan, reused=reused)
         print(f"recorded {len(run_ids)} run(s) in {store.root}")
         from jobs.executors.local import LocalExecutor
         return 0 if LocalExecutor().run_chain(store, run_ids) else 1
-
-    from jobs.executors import slurm
-
-    target = slurm.SlurmTarget(profile, allow_unpinned=args.allow_unpinned)
-    stages = [asdict(sp) for sp in plan.stages]
-    if args.dry_run:
-        print(slurm.dry_run(store.root, stages, target))
-        return 0
-    executor = slurm.SlurmExecutor(target)
-    prepared = executor.prepare(store.root, stages)
-    verify_inputs(store, plan)
-    store = Store.open(store.root, create=True)
-    store.ensure_writable()
     extras = [{"container_image": p["image"].reference if p["image"] else None, "profile": target.profile.name}
               for p in prepared]
     reused = _reuse(store, plan, extras, args.force)

@@ -21,6 +21,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from jobs.errors import JobsError
 from lineage import Store, hashing
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +74,10 @@ def code_state() -> dict:
     }
 
 
+class CodeChanged(JobsError):
+    """A code file changed between planning a submission and copying the code: plan again."""
+
+
 def store_snapshot(store: Store, code: dict) -> str:
     """Copy the code into `<store>/code/<snapshot id>/` unless it is there; returns the artifact ID.
 
@@ -80,8 +85,6 @@ def store_snapshot(store: Store, code: dict) -> str:
     editor saving, a `git pull`), nothing is kept and the submit is refused, instead of leaving a
     folder whose name is not the ID of its content.
     """
-    from jobs.errors import JobsError
-
     art_id = code["snapshot"]
     final = store.root / "code" / art_id
     if not final.exists():
@@ -97,7 +100,7 @@ def store_snapshot(store: Store, code: dict) -> str:
             except FileNotFoundError as e:
                 copied = f"unreadable: {e.filename} went away"
             if copied != art_id:
-                raise JobsError(f"the code under {PROJECT_ROOT} changed while it was snapshotted "
+                raise CodeChanged(f"the code under {PROJECT_ROOT} changed while it was snapshotted "
                                 f"(planned {art_id[:16]}, copied {copied[:40]}); submit again")
             try:
                 os.rename(tmp, final)

@@ -193,7 +193,7 @@ def cancel(store: Store, view: RunView) -> str:
             os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    return f"SIGKILL to process group {group}" if group is not None else f"SIGKILL to pid {pid}"
+    return f"SIGKILL to pid {pid} and its process group" if group is not None else f"SIGKILL to pid {pid}"
 
 
 def _pgid(pid: int) -> int | None:

@@ -329,7 +329,7 @@ def test_cancel_stops_a_real_local_run_and_only_it(sandbox):
     assert attempt["pgid"] == attempt["pid"] != submit.pid   # the job leads its own group
     assert attempt["host"] == socket.gethostname() and attempt["proc_start"]
     r = run_jobs(box.store, "cancel", run, env=box.env)
-    assert r.code == 0 and f"SIGKILL to process group {attempt['pid']}" in r.out, r.err
+    assert r.code == 0 and f"SIGKILL to pid {attempt['pid']} and its process group" in r.out, r.err
     out, err = submit.communicate(timeout=120)
     assert submit.returncode == 1, (submit.returncode, err)   # told its run ended, not killed itself
     assert "CANCELLED" in out
