@@ -43,6 +43,7 @@ DRIVERS = {
 # Keys the data loaders read beyond the DataConfig TypedDict (nemo_rl/data/datasets/*/__init__.py
 # at v0.4.0: get_extra_kwargs(data_config, ["val_data_path", "input_key", ...])).
 LOADER_KEYS = ("data.val_data_path", "data.train_split", "data.val_split")
+VAL_NAME = "heldout"   # our val_data_paths name: DPO/RM validation metrics are val:validation-heldout_<metric>
 
 
 class NemoRLError(ValueError):
@@ -152,7 +153,7 @@ def translate(rl: dict[str, Any], *, policy: Path, prompts: Path, prefs: Path, r
         drv = driver_for("dpo")
         sections = {"dpo": rl["dpo"]}
         data = {"dataset_name": "PreferenceDataset", "train_data_path": str(prefs / "train.jsonl"),
-                "val_data_paths": {"heldout": str(prefs / "validation.jsonl")}, "max_input_seq_length": seq}
+                "val_data_paths": {VAL_NAME: str(prefs / "validation.jsonl")}, "max_input_seq_length": seq}
     cfg = {"defaults": str(REPO / drv.defaults), **sections, "policy": policy_cfg, "data": data,
            **_common(nodes, gpus_per_node, run_dir, wandb, rl.get("checkpointing", {}))}
     return drv, cfg
@@ -166,7 +167,7 @@ def translate_rm(rm: dict[str, Any], *, model: Path, prefs: Path, nodes: int, gp
     policy_cfg = dict(rm["policy"], model_name=str(model), tokenizer={"name": str(model)})
     policy_cfg["reward_model_cfg"] = dict(policy_cfg.get("reward_model_cfg", {}), enabled=True)
     data = {"dataset_name": "PreferenceDataset", "train_data_path": str(prefs / "train.jsonl"),
-            "val_data_paths": {"heldout": str(prefs / "validation.jsonl")},
+            "val_data_paths": {VAL_NAME: str(prefs / "validation.jsonl")},
             "max_input_seq_length": policy_cfg.get("max_total_sequence_length")}
     cfg = {"defaults": str(REPO / drv.defaults), "rm": own, "policy": policy_cfg, "data": data,
            **_common(nodes, gpus_per_node, run_dir, wandb, rm.get("checkpointing", {}))}
@@ -213,6 +214,11 @@ def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] |
     except (KeyError, TypeError) as e:
         return [f"{stage}: the config lacks or mistypes {e}"]
     problems = unknown_keys(cfg, drv, ver, stage)
+    metric = cfg["checkpointing"].get("metric_name")
+    if drv.keys in ("dpo", "rm") and isinstance(metric, str) and metric.startswith("val:") \
+            and not metric.startswith(f"val:validation-{VAL_NAME}_"):
+        problems.append(f"{stage}.checkpointing.metric_name {metric} names no {drv.keys.upper()} validation metric: "
+                        f"they are val:validation-{VAL_NAME}_<metric> (e.g. val:validation-{VAL_NAME}_accuracy)")
     gpus = cfg["cluster"]["num_nodes"] * cfg["cluster"]["gpus_per_node"]
     pol = cfg["policy"]
     for name in ("megatron_cfg", "dtensor_cfg"):

@@ -226,6 +226,10 @@ def test_nemo_rl_configs_inherit_the_images_example_and_carry_the_keys_their_dri
     assert drv.script == "examples/run_dpo.py" and out["defaults"].endswith("examples/configs/dpo.yaml")
     assert not {"grpo", "loss_fn", "env"} & set(out)
     assert out["data"]["val_data_paths"] == {"heldout": "<input prefs>/validation.jsonl"}
+    [problem] = nemo_rl.check_config(cfg, "rl", res)          # GRPO's val:accuracy is no DPO metric
+    assert "rl.checkpointing.metric_name val:accuracy names no DPO validation metric" in problem
+    cfg, res = nano3_config("rl", ["rl.algorithm=dpo", "rl.checkpointing.metric_name=val:validation-heldout_accuracy"])
+    assert nemo_rl.check_config(cfg, "rl", res) == []
 
     cfg, res = nano3_config("rm")
     drv, out = nemo_rl.render(cfg, "rm", res)
