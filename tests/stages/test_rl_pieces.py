@@ -70,18 +70,19 @@ def test_nano3_rl_becomes_a_nemo_rl_config_with_the_allocation_and_inputs(tmp_pa
     cfg = recipes.compose(recipes.load("nano3"), "rl", [])
     rl = cfg["rl"]
     assert rl["backend"] == "nemo_rl" and check_config(cfg) == []
-    out = nemo_rl.translate(rl, policy=Path("/store/sft"), prompts=Path("/store/prompts"), prefs=Path("/store/prefs"),
-                            reward_model=Path("/store/rm"), nodes=9, gpus_per_node=8, run_dir=tmp_path, wandb="offline")
-    assert "backend" not in out and "algorithm" not in out
-    assert out["cluster"] == {"num_nodes": 9, "gpus_per_node": 8}
+    drv, out = nemo_rl.translate(rl, policy=Path("/store/sft"), prompts=Path("/store/prompts"), prefs=Path("/store/prefs"),
+                                 reward_model=Path("/store/rm"), nodes=8, gpus_per_node=8, run_dir=tmp_path, wandb="offline")
+    assert "backend" not in out and "algorithm" not in out and "dpo" not in out
+    assert out["defaults"] == "/opt/nemo-rl/examples/configs/grpo_math_1B.yaml"   # NeMo RL fills the rest from it
+    assert out["cluster"] == {"num_nodes": 8, "gpus_per_node": 8}
     assert out["policy"]["model_name"] == "/store/sft" and out["policy"]["tokenizer"]["name"] == "/store/sft"
-    assert out["env"]["reward_model"]["model_name"] == "/store/rm"
-    assert out["data"]["train_data_path"] == "/store/prompts/train.jsonl"
+    assert set(out["env"]) == {"math"}                 # run_grpo_math.py scores every prompt with it
+    assert out["data"]["train_data_path"] == "/store/prompts/train.jsonl" and out["data"]["dataset_name"] == "ResponseDataset"
     assert out["checkpointing"]["checkpoint_dir"] == str(tmp_path / "checkpoints" / "nemo_rl")
     assert out["grpo"] == rl["grpo"] and out["loss_fn"] == rl["loss_fn"]   # same names: passed through
-    cmd = nemo_rl.command("grpo", tmp_path / "nemo_rl.yaml")
+    cmd = nemo_rl.command(drv, tmp_path / "nemo_rl.yaml")
     assert cmd[1:] == ["/opt/nemo-rl/examples/run_grpo_math.py", "--config", str(tmp_path / "nemo_rl.yaml")]
-    assert nemo_rl.command("dpo", tmp_path / "c.yaml")[1].endswith("examples/run_dpo.py")
+    assert nemo_rl.command(nemo_rl.driver_for("dpo"), tmp_path / "c.yaml")[1].endswith("examples/run_dpo.py")
     step = tmp_path / "step_40"
     (step / "policy" / "weights" / "iter_0000040").mkdir(parents=True)
     exp = nemo_rl.export_command(step, tmp_path / "hf")
@@ -93,11 +94,11 @@ def test_nano3_rl_dry_run_renders_the_gpu_job(tmp_path):
                  "--allow-unpinned")
     assert r.code == 0, r.err
     rl = r.out.split("### nano3/rl ")[1].split("### ")[0]
-    for expected in ("#SBATCH --nodes=9", "#SBATCH --gpus-per-node=8", "#SBATCH --ntasks-per-node=1",
+    for expected in ("#SBATCH --nodes=8", "#SBATCH --gpus-per-node=8", "#SBATCH --ntasks-per-node=1",
                      "--container-image=nvcr.io#nvidia/nemo-rl", "afterok:",
                      # what the job itself launches: NeMo RL's driver, vLLM colocated with the policy
                      "# rank 0 runs: python3 /opt/nemo-rl/examples/run_grpo_math.py --config <run rl>/nemo_rl.yaml",
-                     "# generation: vllm colocated=True tensor_parallel_size=4", "cluster: 9 nodes x 8 GPUs",
+                     "# generation: vllm colocated=True tensor_parallel_size=4", "cluster: 8 nodes x 8 GPUs",
                      "#   model_name: <input policy>"):
         assert expected in rl, expected
     assert not (tmp_path / "store" / "runs").exists() or not any((tmp_path / "store" / "runs").iterdir())
