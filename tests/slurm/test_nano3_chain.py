@@ -126,6 +126,8 @@ def test_nano3_chain_at_toy_scale_on_the_dev_cluster(tmp_path, slurm_cluster):
     pairs = len(_rows(prefs / "train.jsonl"))
     assert m["rm"]["rm/held_out_pairs"] == pairs - int(pairs * 0.75)
     assert m["rl"]["rl/prompts"] == len(_rows(_output(store, views["prep_rl"], "prompts") / "train.jsonl"))
+    # rl's rewards came from rm's model and moved the policy (a group of equal rewards has no gradient).
+    assert m["rl"]["rl/zero_signal_groups"] < 4 and m["rl"]["rl/grad_norm"] > 0
     # eval: pass@k from vLLM on prep_rl's eval set.
     report = _output(store, views["eval"], "report")
     results = json.loads((report / "results.json").read_text())
