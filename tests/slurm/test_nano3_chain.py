@@ -84,6 +84,7 @@ def test_a_base_model_of_another_size_is_refused(tmp_path):
 
 # --- the chain on the dev cluster ------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_nano3_chain_at_toy_scale_on_the_dev_cluster(tmp_path, slurm_cluster):
     src = tmp_path / "src"
