@@ -1,6 +1,7 @@
 """Pretrain: a causal LM on the corpus, from a Llama-style model built from config (no download).
 
-Inputs:  corpus    (corpus: train.txt, one document per line)
+Inputs:  corpus    (corpus: train.txt, one document per line; or nano3's pretrain-blend, Megatron
+                    shards + blend.json, read by stages/formats.py)
          tokenizer (tokenizer: an HF tokenizer folder)
 Outputs: model     (model: HF folder with config.json, model.safetensors, generation_config.json
                     and the tokenizer files, so downstream stages need this one input)

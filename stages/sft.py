@@ -1,7 +1,8 @@
 """SFT: prompt/answer pairs; the loss counts only the answer tokens and the end-of-sequence token.
 
 Inputs:  model (model: a causal LM folder, pretrain's by default)
-         data  (sft-data: train.jsonl of {"prompt": "23+45=", "answer": "68"})
+         data  (sft-data: train.jsonl of {"prompt": "23+45=", "answer": "68"}, or nano3's
+                prep_sft layout, training.jsonl of {"input", "output"}: stages/formats.py)
 Outputs: model (model: HF folder, as pretrain's)
 Launch:  jobs submit tiny --stage sft [sft.lr=1e-3 sft.steps=2000]
 Backend: `sft.backend: torch` here; `megatron` (nano3) runs Megatron-Bridge's finetune in the GPU
