@@ -104,7 +104,7 @@ def test_sft_resumes_to_bit_identical_weights_and_refuses_foreign_checkpoints(da
     ctx = context("sft", SFT, inputs, tmp_path / "x")
     assert (ckpt["step"], ckpt["run_id"], ckpt["inputs"]) == (5, "run-a", {"model": "art_model", "data": "art_data"})
     assert ckpt["config_digest"] == ctx.config_digest and ckpt["config_digest"].startswith("sha256:")
-    assert files(whole) == files(resumed) and "model.safetensors" in files(whole)
+    assert files(whole) == files(resumed) and files(whole)["model.safetensors"] != files(base)["model.safetensors"]
     assert resumed_from(tmp_path / "cut", "sft/resumed_from") == [5]
 
     def refused(run_dir: Path, overrides=SFT, **kw) -> str:
@@ -153,18 +153,31 @@ def test_rm_resumes_to_bit_identical_weights(data, base, tmp_path):
     assert files(whole) == files(resumed) and {"model.safetensors", "reward_head.safetensors"} <= set(files(whole))
 
 
-def rl_inputs(data: dict, base: Path) -> dict:
-    # The verifier scores GRPO's rollouts: the reward model input is carried, never loaded.
-    return {"policy": base, "prompts": data["rl"], "prefs": data["prefs"], "reward_model": base}
+@pytest.fixture(scope="module")
+def reward_model(data, base, tmp_path_factory) -> Path:
+    """A reward model trained 2 steps: GRPO's reward. The barely trained policy gets every verifier
+    answer wrong (no advantage, no update); the reward model's scores differ within every group."""
+    from stages import rm
+
+    ctx = context("rm", ["rm.steps=2", "rm.warmup=1", "rm.batch_size=16", "rm.held_out=0.02"],
+                  {"model": base, "data": data["prefs"]}, tmp_path_factory.mktemp("rm"))
+    return rm.run(ctx)["reward_model"]
 
 
-def test_grpo_resumes_to_bit_identical_weights(data, base, ray_head, tmp_path):
+def rl_inputs(data: dict, base: Path, reward_model: Path | None = None) -> dict:
+    # DPO on offline pairs never loads the reward model: any model folder is carried.
+    return {"policy": base, "prompts": data["rl"], "prefs": data["prefs"], "reward_model": reward_model or base}
+
+
+def test_grpo_resumes_to_bit_identical_weights(data, base, reward_model, ray_head, tmp_path):
     from stages import rl
 
-    whole, resumed, ckpt = stopped_and_resumed(rl, "rl", GRPO, rl_inputs(data, base), tmp_path, 2, "model", "rl",
+    whole, resumed, ckpt = stopped_and_resumed(rl, "rl", [*GRPO, "rl.reward.kind=reward_model"],
+                                               rl_inputs(data, base, reward_model), tmp_path, 2, "model", "rl",
                                                ray_address=ray_head)
     assert ckpt["step"] == 2 and ckpt["run_id"] == "run-a" and set(ckpt["inputs"]) == {"policy", "prompts", "prefs", "reward_model"}
     assert files(whole) == files(resumed)
+    assert files(whole)["model.safetensors"] != files(base)["model.safetensors"]    # GRPO did change the weights
     assert resumed_from(tmp_path / "cut", "rl/resumed_from") == [2]
 
 
@@ -176,6 +189,7 @@ def test_dpo_resumes_to_bit_identical_weights_and_refuses_another_runs_checkpoin
     whole, resumed, ckpt = stopped_and_resumed(rl, "rl", DPO, inputs, tmp_path, 3, "model", "rl", ray_address=ray_head)
     assert ckpt["step"] == 3
     assert files(whole) == files(resumed)
+    assert files(whole)["model.safetensors"] != files(base)["model.safetensors"]
     # The trainer's checkpoint copied into another run: refused in one line before any step.
     other = tmp_path / "other" / "checkpoints"
     other.mkdir(parents=True)
