@@ -1,0 +1,87 @@
+"""A two-node GRPO job (Ray over node1 and node2) preempted with USR2 mid-way: it checkpoints,
+requeues under the same run ID with a new Ray cluster over the same nodes, resumes at the saved
+step, and registers the same artifact as the same job run without interruption. `jobs show` tells
+the story: two attempts, why the first ended, one W&B run."""
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ray_pids, run_jobs
+from lineage import Store
+from test_executor import wait
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+QUICK = ["pretrain.steps=20", "pretrain.warmup=5", "sft.steps=20", "sft.warmup=5", "rm.steps=5", "rm.warmup=1",
+         "tracking.wandb=disabled", "tracking.tensorboard=false"]
+# Two rollout workers (one per node) and one torch thread per actor: the same arithmetic wherever
+# Ray places the trainer, so both runs can end with the same bytes. The barely trained policy gets
+# every verifier answer wrong (no advantage, no update: the output would equal the input); the
+# reward model's scores differ within every group, so every step trains.
+RL = ["rl.reward.kind=reward_model", "rl.grpo.max_num_steps=8", "rl.grpo.num_prompts_per_step=8", "rl.grpo.num_generations_per_prompt=4",
+      "rl.grpo.val_period=100", "rl.grpo.max_val_samples=8", "rl.cluster.rollout_workers=2", "rl.cluster.threads=1",
+      "rl.checkpointing.save_period=100", "tracking.wandb=offline", "tracking.tensorboard=true"]
+
+
+def steps_done(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    return max([json.loads(line)["step"] for line in path.read_text().splitlines() if "rl/step_time_s" in line] or [0])
+
+
+def test_preempted_two_node_grpo_requeues_with_its_ray_cluster_and_ends_with_the_same_artifact(tmp_path, slurm_cluster):
+    store_path = tmp_path / "store"
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text("two: {partition: debug, containers: false, nodes: 2, cpus_per_task: 2}\n")
+    env = {"JOBS_PROFILES": str(profiles)}
+    r = run_jobs(store_path, "submit", "tiny", "--stage", "data,pretrain,sft,rm", *QUICK, env=env, timeout=900)
+    assert r.code == 0, r.err
+    store = Store(store_path)
+
+    def submit(*extra: str) -> str:
+        r = run_jobs(store_path, "submit", "tiny", "--stage", "rl", "--executor", "slurm", "--profile", "two",
+                     *RL, *extra, env=env)
+        assert r.code == 0, r.err
+        return store.index().runs(stage="rl")[0]["id"]
+
+    # The uninterrupted run.
+    whole = wait(store_path, submit(), {"SUCCEEDED", "FAILED"}, deadline_s=900, env=env)
+    assert whole.state == "SUCCEEDED", whole.reason
+    assert len(whole.attempts) == 1 and whole.metrics["rl/ray_nodes"] == 2
+
+    # The same job (--force: the record would reuse the first), preempted after two steps.
+    run = submit("--force")
+    assert run != whole.id
+    job = store.run(run).jobs[-1]["job_id"]
+    deadline = time.monotonic() + 600
+    while steps_done(store.run_dir(run)) < 2:
+        assert time.monotonic() < deadline, "no GRPO step in 600 s"
+        assert store.run(run).state in ("QUEUED", "RUNNING"), store.run(run).reason
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)     # what Slurm sends on preemption
+    view = wait(store_path, run, {"SUCCEEDED", "FAILED"}, deadline_s=900, env=env)
+    assert view.state == "SUCCEEDED", view.reason
+
+    assert [a["exit"] for a in view.attempts] == ["requeued", 0]
+    assert {a["job_id"] for a in view.attempts} == {job}
+    assert all(a["nodes"] == ["node1", "node2"] for a in view.attempts)
+    assert view.attempts[0]["reason"].startswith("preempted (USR2 with time left)")
+    assert view.metrics["rl/ray_nodes"] == 2                       # the second attempt's Ray spans both nodes again
+    lines = (store.run_dir(run) / "metrics.jsonl").read_text().splitlines()
+    saved = [json.loads(line)["rl/resumed_from"] for line in lines if "rl/resumed_from" in line]
+    assert len(saved) == 1 and 2 <= saved[0] < 8                   # resumed mid-way, not restarted
+    assert view.outputs["model"] == whole.outputs["model"]          # the uninterrupted run's artifact
+    assert whole.outputs["model"] != whole.inputs["policy"]         # ... and GRPO changed the weights
+
+    wid = view.trackers["wandb_run_id"]
+    for n in (1, 2):
+        (offline,) = (store.run_dir(run) / "attempts" / str(n) / "wandb").glob("offline-run-*")
+        assert (offline / f"run-{wid}.wandb").is_file()
+    shown = run_jobs(store_path, "show", run, env=env)
+    assert shown.code == 0 and f"attempts  2   one W&B run {wid}" in shown.out, shown.out + shown.err
+    print(shown.out)
+    slurm_cluster.final_state(job, deadline_s=90)
+    assert not ray_pids(f"/tmp/ray-{job}-")
