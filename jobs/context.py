@@ -4,7 +4,6 @@ Stages share this contract, not a base class: `run(ctx) -> {output_name: directo
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -50,6 +49,9 @@ class StageContext:
     ray_address: str | None = None
     #: The inputs' artifact IDs by role (set by the entry; empty when a test builds the context).
     input_ids: dict[str, str] = field(default_factory=dict)
+    #: The config as the run record holds it (secrets redacted): what checkpoints, trackers and the
+    #: config digest use, so no secret lands in the run folder and a rotated token does not block resume.
+    recorded_config: dict[str, Any] | None = None
     _metrics: dict[str, Any] = field(default_factory=dict)
     _trackers: list[Any] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)
@@ -85,11 +87,17 @@ class StageContext:
         return path
 
     @property
+    def config_to_keep(self) -> dict[str, Any]:
+        return self.config if self.recorded_config is None else self.recorded_config
+
+    @property
     def config_digest(self) -> str:
-        """sha256 of the resolved config's canonical JSON: a checkpoint written under another config
+        """sha256 of the recorded config's canonical JSON: a checkpoint written under another config
         has another digest."""
-        text = json.dumps(self.config, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        from lineage.hashing import hash_bytes
+        from lineage.records import canonical_json
+
+        return str(hash_bytes(canonical_json(self.config_to_keep)))
 
     def identity(self) -> dict[str, Any]:
         """What every checkpoint of this run carries, and what resume checks it against."""

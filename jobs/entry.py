@@ -191,6 +191,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         inputs={role: Path(store.artifact(art)["path"]) for role, art in inputs.items()},
         run_dir=store.run_dir(run_id), dist=dist, attempt=attempt, should_stop=should_stop,
         input_ids=dict(inputs),  # checkpoints carry them; resume refuses another run's
+        recorded_config=spec["config"],
     )
 
     def end(**fields) -> None:

@@ -179,7 +179,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         if ctx.dist.is_main:
             buf = io.BytesIO()
             torch.save({**identity, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "rng": _rng_state(), "config": ctx.config,
+                        "scheduler": scheduler.state_dict(), "rng": _rng_state(), "config": ctx.config_to_keep,
                         "world_size": ctx.dist.world_size}, buf)
             atomic_write(ckpt, buf.getvalue())
             if keep:

@@ -143,7 +143,7 @@ def run(ctx) -> dict[str, Path]:
                 validate(0)
             for step in range(start, steps):
                 if ctx.should_stop():
-                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step, identity, ctx.config))
+                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step, identity, ctx.config_to_keep))
                     ctx.requeue()
                 t0 = time.perf_counter()
                 stats: dict = {}
@@ -191,7 +191,7 @@ def run(ctx) -> dict[str, Path]:
                 if (step + 1) % grpo["val_period"] == 0 or step + 1 == steps:
                     validate(step + 1)
                 if (step + 1) % cfg["checkpointing"]["save_period"] == 0 and step + 1 < steps:
-                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step + 1, identity, ctx.config))
+                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step + 1, identity, ctx.config_to_keep))
             out = actors.call("save_weights", str(ctx.output_dir("model")))
     finally:
         ray.shutdown()

@@ -78,7 +78,7 @@ def _wandb(ctx, mode: str, project: str) -> tuple[WandB, str]:
     run = wandb.init(
         mode=mode, dir=str(ctx.attempt_dir), project=project, group=ctx.run_id,
         name=f"{ctx.stage}-{ctx.run_id[:13]}", id=wandb_run_id(ctx.run_id), resume="allow",
-        job_type=ctx.stage, config=ctx.config, tags=[ctx.recipe, ctx.stage],
+        job_type=ctx.stage, config=ctx.config_to_keep, tags=[ctx.recipe, ctx.stage],
         # No system-metrics sampler, no console capture: both cost start-up time and threads.
         settings=wandb.Settings(console="off", x_disable_stats=True, x_disable_meta=True),
     )
