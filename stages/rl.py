@@ -31,11 +31,30 @@ import json
 import time
 from pathlib import Path
 
+from jobs.schema import Float, Int, Map, check
 from stages import batches, formats, lm, tracking
 from stages.rewards import KINDS
 from stages.rollout import BACKENDS
 
 ALGORITHMS = ("grpo", "dpo")
+
+
+# Types and ranges of the torch backend's numbers (the rules between values follow in check_config).
+_STEPS = Int(1, 10**7)
+TORCH = Map({
+    "grpo": Map({"num_prompts_per_step": Int(1, 1 << 20), "num_generations_per_prompt": Int(1, 1024),
+                 "max_num_steps": _STEPS, "val_period": Int(1, 10**7), "max_val_samples": Int(1, 10**7)}, extra=True),
+    "loss_fn": Map({"reference_policy_kl_penalty": Float(0, 100), "ratio_clip_min": Float(0, 1),
+                    "ratio_clip_max": Float(0, 100)}, extra=True),
+    "dpo": Map({"num_pairs_per_step": Int(1, 1 << 20), "beta": Float(0, 1000, open_lo=True),
+                "sft_loss_weight": Float(0, 1000), "lr": Float(0, 1, open_lo=True), "max_num_steps": _STEPS}, extra=True),
+    "policy": Map({"lr": Float(0, 1, open_lo=True), "warmup": Int(0, 10**7), "min_lr_ratio": Float(0, 1),
+                   "weight_decay": Float(0, 10), "max_grad_norm": Float(0, 1e6, open_lo=True)}, extra=True),
+    "generation": Map({"temperature": Float(0, 100), "max_new_tokens": Int(1, 1 << 20)}, extra=True),
+    "cluster": Map({"rollout_workers": Int(0, 1024), "reward_workers": Int(0, 1024),
+                    "threads": Int(1, 4096, null=True, required=False)}, extra=True),
+    "checkpointing": Map({"save_period": Int(1, 10**7)}, extra=True),
+}, extra=True)
 
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
@@ -47,6 +66,9 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
 
         return nemo_rl.check_config(config, "rl", resources)
     problems = [] if cfg.get("backend", "torch") == "torch" else [f"rl.backend must be torch or nemo_rl (got {cfg['backend']!r})"]
+    problems += check(cfg, TORCH, "rl")
+    if problems:
+        return problems  # the rules below read these values
     if cfg["algorithm"] not in ALGORITHMS:
         problems.append(f"rl.algorithm must be grpo or dpo (got {cfg['algorithm']!r})")
     if cfg["generation"]["backend"] not in BACKENDS:

@@ -18,7 +18,7 @@ from jobs.errors import RecipeError
 ALL = [(name, stage) for name in recipes.available() for stage in recipes.load(name).stages]
 # Stages whose check_config does not yet refuse a number given as a string (measured: nano3 rm.max_num_epochs='abc',
 # rl.grpo.num_prompts_per_step='abc' in both recipes are accepted); their owners are on it. Remove when they land.
-PENDING_TYPES = {("nano3", "rm"), ("nano3", "rl"), ("tiny", "rl")}
+PENDING_TYPES: set[tuple[str, str]] = set()  # stages whose check_config misses a retyped number (none now)
 GPU_LIBRARIES = ("megatron", "nemo_rl", "transformer_engine", "vllm", "apex")
 
 

@@ -26,7 +26,8 @@ def test_the_tiny_config_is_valid_and_every_problem_is_reported_at_once():
 
 @pytest.mark.parametrize("override,message", [
     ("rl.algorithm=ppo", "rl.algorithm must be grpo or dpo (got 'ppo')"),
-    ("~rl.dpo", "the config lacks or mistypes 'dpo'"),
+    ("~rl.dpo", "rl.dpo is missing"),
+    ("rl.grpo.num_prompts_per_step=abc", "rl.grpo.num_prompts_per_step must be an integer in [1, 1048576] (got 'abc')"),
 ])
 def test_bad_rl_config_is_refused_by_submit_before_anything_is_recorded(tmp_path, override, message):
     store = tmp_path / "store"
