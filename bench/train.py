@@ -40,7 +40,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["SLURM_CPUS_PER_TASK"] = str(args.threads)
     from jobs import recipes
-    from jobs.context import StageContext
+    from stages.contract import StageContext
     from lineage import Store
     from stages import batches, lm, pretrain, sft
 

@@ -1,72 +1,23 @@
-"""Container images by logical name, pinned by digest in containers/containers.lock.
+"""`jobs containers`: resolve an image by name, pin a digest into the lock, import it to squashfs.
 
-A Slurm run names its image by digest, never by tag: a re-pushed tag cannot silently change what
-a recorded run used. `--allow-unpinned` accepts a tag-only entry, and the record says so.
+`--allow-unpinned` accepts a tag-only entry, and the record says so.
 """
 from __future__ import annotations
 
-import os
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+import containers as pins
+from containers import DIGEST, Image, _has_tag, load_lock
 from jobs.errors import ExecutorError
-
-LOCK = Path(os.environ.get("JOBS_CONTAINERS_LOCK", Path(__file__).resolve().parent.parent / "containers" / "containers.lock"))
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-@dataclass(frozen=True)
-class Image:
-    name: str          # logical name, e.g. "nemo-rl"
-    image: str         # registry/repo:tag
-    digest: str | None  # sha256:…, None when not pinned
-    libraries: dict = field(default_factory=dict, compare=False, hash=False)  # what the image carries, e.g. {megatron_bridge: nano-v3}
-
-    @property
-    def pinned(self) -> bool:
-        return bool(self.digest and DIGEST.match(self.digest))
-
-    @property
-    def reference(self) -> str:
-        """registry/repo@sha256:… when pinned, else registry/repo:tag."""
-        if self.pinned:
-            return f"{self.image.rsplit(':', 1)[0] if _has_tag(self.image) else self.image}@{self.digest}"
-        return self.image
-
-    @property
-    def pyxis(self) -> str:
-        """Pyxis/enroot spell the registry with '#': nvcr.io#nvidia/nemo@sha256:…"""
-        ref = self.reference
-        head, sep, rest = ref.partition("/")
-        if sep and ("." in head or ":" in head or head == "localhost"):
-            return f"{head}#{rest}"
-        return ref
-
-
-def _has_tag(image: str) -> bool:
-    return ":" in image.rsplit("/", 1)[-1]
-
-
-def load_lock(path: Path | None = None) -> dict[str, Image]:
-    path = path or LOCK
-    if not path.is_file():
-        return {}
-    raw = yaml.safe_load(path.read_text()) or {}
-    raw = raw.get("images", raw)
-    return {name: Image(name, entry["image"], entry.get("digest") or None, dict(entry.get("libraries") or {}))
-            for name, entry in raw.items()}
 
 
 def resolve(name: str, allow_unpinned: bool = False) -> Image:
     images = load_lock()
     if name not in images:
-        raise ExecutorError(f"container {name!r} is not in {LOCK} (images: {', '.join(sorted(images)) or 'none'})")
+        raise ExecutorError(f"container {name!r} is not in {pins.LOCK} (images: {', '.join(sorted(images)) or 'none'})")
     image = images[name]
     if not image.pinned and not allow_unpinned:
-        raise ExecutorError(f"container {name!r} ({image.image}) is not pinned by digest in {LOCK}: "
+        raise ExecutorError(f"container {name!r} ({image.image}) is not pinned by digest in {pins.LOCK}: "
                             f"pin it with `jobs containers pin {name}` or pass --allow-unpinned")
     return image
 
@@ -75,7 +26,7 @@ def pin(name: str, digest: str, path: Path | None = None) -> Image:
     """Write `digest` for `name` into the lock (atomically), keeping every other line as it was."""
     from lineage.records import atomic_write
 
-    path = path or LOCK
+    path = path or pins.LOCK
     if not DIGEST.match(digest):
         raise ExecutorError(f"bad digest {digest!r}: expected sha256: and 64 lowercase hex digits")
     images = load_lock(path)
@@ -111,3 +62,39 @@ def import_commands(image: Image, folder: Path, srun: bool = False) -> list[list
     if srun:
         cmd = ["srun", "--nodes=1", "--ntasks=1", "--exclusive", *cmd]
     return [["mkdir", "-p", str(folder)], cmd]
+
+
+def command(action: str, name: str | None, digest: str | None = None, folder: str = "~/.cache/jobs/enroot",
+            srun: bool = False, dry_run: bool = False, echo=print) -> int:
+    """`jobs containers list|pin|import`."""
+    import shlex
+    import shutil
+    import subprocess
+
+    if action == "list":
+        for n, image in sorted(load_lock().items()):
+            echo(f"{n:<10} {image.reference}" + ("" if image.pinned else "   (NOT PINNED)"))
+        return 0
+    if not name:
+        raise ExecutorError(f"`jobs containers {action}` needs an image name (see `jobs containers list`)")
+    if action == "pin":
+        if not digest:
+            raise ExecutorError("no registry is reachable from here: pass the digest, "
+                                f"`jobs containers pin {name} --digest sha256:…` (from `docker buildx imagetools inspect`)")
+        echo(f"{name} pinned: {pin(name, digest).reference}")
+        return 0
+    image = resolve(name)
+    where = Path(folder).expanduser()
+    commands = import_commands(image, where, srun=srun)
+    if dry_run:
+        echo("\n".join(shlex.join(c) for c in commands))
+        return 0
+    if (where / squashfs_name(image)).exists():
+        echo(f"{where / squashfs_name(image)} already holds {image.reference}")
+        return 0
+    if not shutil.which("enroot") and not srun:
+        raise ExecutorError("enroot is not installed on this machine: run with --srun on a Slurm cluster, or --dry-run")
+    for c in commands:
+        subprocess.run(c, check=True)
+    echo(f"imported {image.reference} to {where / squashfs_name(image)}")
+    return 0

@@ -15,3 +15,8 @@ class InputError(JobsError):
 
 class ExecutorError(JobsError):
     """The executor refused the job (bad partition, time, profile...)."""
+
+
+def one_line(text: str) -> str:
+    """The CLI's promise is one line on stderr: a control character from a path or value is escaped."""
+    return text if text.isprintable() else repr(text)[1:-1]

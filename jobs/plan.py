@@ -4,7 +4,6 @@ Nothing here writes to the store: every error a user can cause is raised before 
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 from dataclasses import dataclass, field
 
@@ -12,7 +11,7 @@ from jobs import recipes
 from jobs.errors import InputError, RecipeError
 from lineage import Store
 from lineage.errors import LineageError
-from lineage.records import canonical_json
+from lineage.ids import run_key
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,10 @@ def parse_inputs(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def make_plan(store: Store, recipe_name: str, stage_sel: str, overrides: list[str],
-              inputs: list[str], executor: str, check_modules: bool = True) -> Plan:
+def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list[str] = (),
+              inputs: list[str] = (), executor: str = "local") -> Plan:
     """Every stage is imported and checked, dry runs included: stage modules import without GPU
-    libraries (tests/recipes/test_stage_contract.py), so a dry run that passes means a submit would.
-    `check_modules` is ignored (kept for callers that still pass it)."""
+    libraries (tests/recipes/test_stage_contract.py), so a dry run that passes means a submit would."""
     from jobs.provenance import code_state, python_env
 
     recipe = recipes.load(recipe_name)
@@ -168,15 +166,8 @@ def _heal_hint(store: Store, art: str) -> str:
     return f" (run: jobs submit {spec['recipe']} --stage {spec['stage']} --force)"
 
 
-def run_key(spec: dict) -> str:
-    """The identity of what a run computes: same key, same outputs expected."""
-    keyed = {k: spec.get(k) for k in ("recipe", "stage", "module", "config", "inputs")}
-    keyed["code"] = spec["code"]["snapshot"]
-    keyed["environment"] = spec.get("container_image") or spec["environment"].get("digest")
-    return "sha256:" + hashlib.sha256(canonical_json(keyed)).hexdigest()
 
-
-def _spec(plan: Plan, i: int, extras: list[dict] | None, inputs: dict, pending: dict) -> dict:
+def _run_body(plan: Plan, i: int, facts: list[dict] | None, inputs: dict, pending: dict) -> dict:
     sp = plan.stages[i]
     return {
         "recipe": sp.recipe, "stage": sp.stage, "module": sp.module, "config": sp.config,
@@ -184,20 +175,20 @@ def _spec(plan: Plan, i: int, extras: list[dict] | None, inputs: dict, pending: 
         "input_kinds": sp.input_kinds, "outputs": sp.outputs, "resources": sp.resources,
         "container": sp.container, "ray": sp.ray, "executor": plan.executor,
         "code": plan.code, "environment": plan.environment,
-        **(extras[i] if extras else {}),
+        **(facts[i] if facts else {}),
     }
 
 
-def _recorded(plan: Plan, i: int, extras: list[dict] | None, inputs: dict, pending: dict) -> dict:
-    """The spec as it is recorded: secrets from the environment redacted (jobs.provenance.redact)."""
-    from jobs.provenance import redact
+def _recorded(plan: Plan, i: int, facts: list[dict] | None, inputs: dict, pending: dict) -> dict:
+    """The spec as it is recorded: secrets from the environment redacted (lineage.secrets.redact)."""
+    from lineage.secrets import redact
 
-    spec = _spec(plan, i, extras, inputs, pending)
+    spec = _run_body(plan, i, facts, inputs, pending)
     spec["config"] = redact(spec["config"])
     return spec
 
 
-def cached(store: Store, plan: Plan, extras: list[dict] | None = None) -> dict[str, str]:
+def cached(store: Store, plan: Plan, facts: list[dict] | None = None) -> dict[str, str]:
     """Stages whose exact run already SUCCEEDED and whose outputs still verify: stage -> that run.
 
     A stage downstream of a reused one is checked with the reused run's outputs as its inputs.
@@ -211,7 +202,7 @@ def cached(store: Store, plan: Plan, extras: list[dict] | None = None) -> dict[s
         if any(st not in reused for st, _ in sp.upstream.values()):
             continue
         inputs = {**sp.inputs, **{role: outputs[st][out] for role, (st, out) in sp.upstream.items()}}
-        key = run_key(_recorded(plan, i, extras, inputs, {}))
+        key = run_key(_recorded(plan, i, facts, inputs, {}))
         for candidate in idx.runs_with_key(key):
             view = store.run(candidate)
             try:
@@ -224,11 +215,11 @@ def cached(store: Store, plan: Plan, extras: list[dict] | None = None) -> dict[s
     return reused
 
 
-def record(store: Store, plan: Plan, extras: list[dict] | None = None,
+def record(store: Store, plan: Plan, facts: list[dict] | None = None,
            reused: dict[str, str] | None = None) -> list[str]:
     """Write one QUEUED run record per stage not reused; downstream stages point at upstream run IDs.
 
-    `extras` adds executor facts per stage (the container digest, the profile) to the records.
+    `facts` adds the executor's facts per stage (the container digest, the profile) to the records.
     Inputs that come from a reused run are resolved now, to that run's outputs.
     """
     from jobs.provenance import store_snapshot
@@ -245,7 +236,7 @@ def record(store: Store, plan: Plan, extras: list[dict] | None = None,
                 inputs[role] = store.run(reused[st]).outputs[out]
             else:
                 pending[role] = {"run": run_ids[st], "output": out}
-        spec = _recorded(plan, i, extras, inputs, pending)
+        spec = _recorded(plan, i, facts, inputs, pending)
         if not pending:
             spec["run_key"] = run_key(spec)
         run_ids[sp.stage] = store.create_run(spec)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from jobs import schema
+from stages import schema
 from jobs.errors import ExecutorError
 
 PROFILES_FILE = "~/.config/jobs/profiles.yaml"

@@ -31,7 +31,7 @@ class InputSpec:
 
 
 @dataclass(frozen=True)
-class StageSpec:
+class RecipeStage:
     name: str
     module: str
     inputs: tuple[InputSpec, ...]
@@ -46,14 +46,14 @@ class Recipe:
     name: str
     description: str
     path: Path
-    stages: dict[str, StageSpec]       # in dependency order
+    stages: dict[str, RecipeStage]       # in dependency order
 
-    def stage(self, name: str) -> StageSpec:
+    def stage(self, name: str) -> RecipeStage:
         if name not in self.stages:
             raise RecipeError(f"recipe {self.name} has no stage {name!r} (stages: {', '.join(self.stages)})")
         return self.stages[name]
 
-    def select(self, text: str) -> list[StageSpec]:
+    def select(self, text: str) -> list[RecipeStage]:
         """'all', one stage, or a comma list; always returned in dependency order."""
         if text == "all":
             return list(self.stages.values())
@@ -67,13 +67,26 @@ def available() -> list[str]:
     return sorted({p.parent.name for d in recipe_dirs() for p in d.glob("*/recipe.yaml")})
 
 
+def describe() -> str:
+    """`jobs recipes`: every recipe, its stages, what each reads and writes."""
+    lines = []
+    for name in available():
+        r = load(name)
+        lines.append(f"{name:<8} {r.description}")
+        for s in r.stages.values():
+            ins = ", ".join(f"{i.role}<-{i.stage}.{i.output}" for i in s.inputs) or "-"
+            outs = ", ".join(f"{k}:{v}" for k, v in s.outputs.items())
+            lines.append(f"  {s.name:<9} in: {ins}\n  {'':<9} out: {outs}")
+    return "\n".join(lines)
+
+
 def load(name: str) -> Recipe:
     path = next((d / name / "recipe.yaml" for d in recipe_dirs() if (d / name / "recipe.yaml").is_file()), None)
     if path is None or "/" in name:
         raise RecipeError(f"unknown recipe {name!r} (recipes: {', '.join(available()) or 'none'})")
     raw = yaml.safe_load(path.read_text()) or {}
     default_container = raw.get("container")
-    stages: dict[str, StageSpec] = {}
+    stages: dict[str, RecipeStage] = {}
     for sname, s in (raw.get("stages") or {}).items():
         inputs = []
         for role, source in (s.get("inputs") or {}).items():
@@ -81,7 +94,7 @@ def load(name: str) -> Recipe:
             if up_stage not in stages or up_output not in stages[up_stage].outputs:
                 raise RecipeError(f"{path}: stage {sname} input {role}: {source!r} is not an output of an earlier stage")
             inputs.append(InputSpec(role, up_stage, up_output, stages[up_stage].outputs[up_output]))
-        stages[sname] = StageSpec(
+        stages[sname] = RecipeStage(
             name=sname,
             module=s["module"],
             inputs=tuple(inputs),

@@ -78,7 +78,7 @@ def compare(store: Store, old: RunView, new: RunView) -> Comparison:
 
 def reproduce(store: Store, run_id: str, allow_env_drift: bool, echo: Callable[[str], None] = print) -> tuple[str, Comparison]:
     from jobs.executors.local import LocalExecutor
-    from jobs.plan import run_key
+    from lineage.ids import run_key
     from jobs.provenance import python_env
 
     old = store.run(run_id)
@@ -114,7 +114,7 @@ def reproduce(store: Store, run_id: str, allow_env_drift: bool, echo: Callable[[
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(code_dir), saved] if p)
     try:
-        LocalExecutor().run_chain(store, [new_id], echo=echo)
+        LocalExecutor().launch(store, [new_id], echo=echo)
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
@@ -124,6 +124,31 @@ def reproduce(store: Store, run_id: str, allow_env_drift: bool, echo: Callable[[
     if new.state != "SUCCEEDED":
         raise JobsError(f"the reproduction {new_id} ended {new.state}: {new.reason} (see `jobs logs {new_id}`)")
     return new_id, compare(store, old, new)
+
+
+def command(store: Store, run: str, allow_env_drift: bool, echo: Callable[[str], None] = print) -> int:
+    """`jobs reproduce`: 0 when the outputs came out bit for bit the same, else 1 with what moved."""
+    run_id = store.index().resolve_run(run)
+    store.ensure_writable()
+    new_id, cmp = reproduce(store, run_id, allow_env_drift, echo)
+    echo("\n".join(outcome(run_id, new_id, cmp)))
+    return 0 if cmp.identical else 1
+
+
+def outcome(run_id: str, new_id: str, cmp: Comparison) -> list[str]:
+    """What `jobs reproduce` prints at the end: bit for bit, or every output, file and metric that moved."""
+    if cmp.identical:
+        return [f"reproduced bit for bit: {new_id} has the same outputs as {run_id}: "
+                + " ".join(f"{n}={a[:16]}" for n, (a, _) in cmp.outputs.items())]
+    lines = [f"NOT reproduced: {new_id} differs from {run_id}" if not cmp.corrupt else
+             f"NOT reproduced: the outputs of {new_id} or {run_id} do not verify"]
+    lines += [f"  CORRUPT {problem}" for problem in cmp.corrupt]
+    for name, (a, b) in cmp.outputs.items():
+        if a != b:
+            lines.append(f"  output {name}: {a} -> {b}")
+            lines += [f"    {change}" for change in cmp.files.get(name, [])]
+    lines += [f"  metric {k}: {a} -> {b} ({d:+.4g})" for k, (a, b, d) in cmp.metrics.items()]
+    return lines
 
 
 def diff(store: Store, a: str, b: str) -> list[str]:

@@ -10,7 +10,7 @@ def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
-def _size(n: int) -> str:
+def size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -28,7 +28,24 @@ def print_artifacts(idx, rows: Iterable) -> None:
     print(f"{'ARTIFACT':<20} {'KIND':<12} {'SIZE':>10}  {'CREATED':<19}  NAMES")
     for a in rows:
         names = ", ".join(idx.names_of(a["id"])) or "-"
-        print(f"{a['id'][:20]:<20} {a['kind']:<12} {_size(a['size']):>10}  {_when(a['created'])}  {names}")
+        print(f"{a['id'][:20]:<20} {a['kind']:<12} {size(a['size']):>10}  {_when(a['created'])}  {names}")
+
+
+def print_record(store, ident: str) -> None:
+    """`jobs show`: a run (ID or prefix) or an artifact (art_…, NAME:latest|vN), verified: an
+    artifact, `:latest` above all, is never shown as usable without saying its files changed."""
+    from lineage.errors import Corrupt
+
+    idx = store.index()
+    if not (ident.startswith("art_") or ":" in ident):
+        return print_run(store, idx, idx.resolve_run(ident))
+    art = store.resolve_artifact(ident)
+    print_artifact(store, idx, art)
+    try:
+        store.verify(art)
+        print("verified  ok")
+    except Corrupt as e:
+        print(f"verified  CORRUPT {e}")
 
 
 def print_run(store, idx, run_id: str) -> None:
@@ -73,7 +90,7 @@ def _num(x) -> str:
 def print_artifact(store, idx, art_id: str) -> None:
     a = store.artifact(art_id)
     print(f"artifact  {a['id']}")
-    print(f"kind      {a['kind']}   {len(a['manifest'])} files, {_size(a['size'])}")
+    print(f"kind      {a['kind']}   {len(a['manifest'])} files, {size(a['size'])}")
     print(f"names     {', '.join(idx.names_of(art_id)) or '-'}")
     print(f"path      {a['path']}")
     print(f"producer  {a.get('producer') or '-'}")
@@ -81,7 +98,7 @@ def print_artifact(store, idx, art_id: str) -> None:
     print(f"used by   {', '.join(consumers) or '-'}")
     print(f"created   {_when(a['created'])}")
     for e in a["manifest"][:20]:
-        print(f"  {e['digest'][:19]}  {e['mode']:o}  {_size(e['size']):>10}  {e['path']}")
+        print(f"  {e['digest'][:19]}  {e['mode']:o}  {size(e['size']):>10}  {e['path']}")
     if len(a["manifest"]) > 20:
         print(f"  … {len(a['manifest']) - 20} more files")
 
@@ -186,19 +203,19 @@ def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def print_plan(plan) -> None:
+def format_plan(plan) -> str:
     """A local dry run: what each stage would run with, and what it would launch when its module
     can tell (`preview(config, resources)`: the Megatron-Bridge overrides, the NeMo RL config)."""
     import importlib
 
+    out = []
     for sp in plan.stages:
-        print(f"### {sp.recipe}/{sp.stage}  ({sp.module})")
-        for role, art in sorted(sp.inputs.items()):
-            print(f"input  {role:<10} {art}")
-        for role, (stage, out) in sorted(sp.upstream.items()):
-            print(f"input  {role:<10} <- {stage}.{out} of this submission")
-        print("config " + json.dumps(sp.config, sort_keys=True))
+        out.append(f"### {sp.recipe}/{sp.stage}  ({sp.module})")
+        out += [f"input  {role:<10} {art}" for role, art in sorted(sp.inputs.items())]
+        out += [f"input  {role:<10} <- {stage}.{o} of this submission" for role, (stage, o) in sorted(sp.upstream.items())]
+        out.append("config " + json.dumps(sp.config, sort_keys=True))
         preview = getattr(importlib.import_module(sp.module), "preview", None)
         text = preview(sp.config, sp.resources) if preview else None
         if text:
-            print(text.rstrip("\n"))
+            out.append(text.rstrip("\n"))
+    return "\n".join(out)

@@ -20,6 +20,7 @@ from pathlib import Path
 from jobs.errors import JobsError
 from lineage import Store
 from lineage.store import TERMINAL, RunView
+from runtime.attempts import boot_id, proc_start
 
 FAILED_STATES = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
@@ -91,24 +92,6 @@ def statuses(store: Store, run_ids: list[str]) -> list[tuple[RunView, Live | Non
 
 
 # ---- local processes ------------------------------------------------------------------------
-def proc_start(pid: int) -> int | None:
-    """The process's start time in clock ticks after boot (/proc/<pid>/stat field 22); None if no
-    such process, or it is a zombie (it has ended; only its parent has not reaped it)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    fields = text[text.rindex(")") + 2:].split()   # the name (field 2) may hold spaces and ')'
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
-
-
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
 
 
 def open_attempt(view: RunView) -> dict | None:
@@ -128,7 +111,7 @@ def process_problem(attempt: dict) -> str | None:
         return f"its attempt records no usable process ID ({pid!r})"
     if attempt.get("proc_start") is None:
         return f"its attempt records no process start time, so PID {pid} cannot be told from a reused one"
-    if attempt.get("boot_id") and _boot_id() and attempt["boot_id"] != _boot_id():
+    if attempt.get("boot_id") and boot_id() and attempt["boot_id"] != boot_id():
         return f"its process {pid} belonged to an earlier boot of {host}"
     now = proc_start(pid)
     if now is None:
@@ -142,7 +125,7 @@ def _gone(attempt: dict) -> bool:
     """On this host and its process has ended (PID dead, or reused by another process)."""
     if attempt.get("host") != socket.gethostname() or attempt.get("proc_start") is None:
         return False
-    if attempt.get("boot_id") and _boot_id() and attempt["boot_id"] != _boot_id():
+    if attempt.get("boot_id") and boot_id() and attempt["boot_id"] != boot_id():
         return True
     return proc_start(attempt["pid"]) != attempt["proc_start"]
 
@@ -182,7 +165,7 @@ def cancel(store: Store, view: RunView) -> str:
             f"; resubmit: jobs submit {view.spec.get('recipe')} --stage {view.spec.get('stage')} --force")
         raise JobsError(f"run {view.id} not cancelled: {problem}; nothing signalled{hint}")
     pid, pgid = attempt["pid"], attempt.get("pgid")
-    # The group the job made for itself (jobs.entry): only when the PID still leads it.
+    # The group the job made for itself (runtime.entry): only when the PID still leads it.
     group = pgid if pgid == pid and _pgid(pid) == pgid else None
     store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
     # submitit's job process ignores SIGTERM (it means "preempted" on Slurm): stop it for good.
@@ -201,3 +184,30 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
+
+
+def table(store: Store, run: str | None = None, every: bool = False, limit: int = 200) -> list[str]:
+    """`jobs status`: one run, or the newest `limit` runs not yet ended (`every`: ended ones too)."""
+    if limit < 1:
+        raise JobsError(f"--limit must be at least 1 (got {limit})")
+    idx = store.index()
+    if run:
+        run_ids = [idx.resolve_run(run)]
+    else:
+        run_ids = [r["id"] for r in idx.runs(limit=limit) if every or r["state"] not in TERMINAL]
+    lines = [f"{'RUN':<36}  {'STAGE':<9} {'STATE':<10} {'SLURM':<22} WHY"]
+    for view, live in statuses(store, run_ids):
+        job = slurm_job(view)
+        slurm = f"{job} {live.state}" if job and live else (job or "local")
+        why = (live.reason if live and live.reason else "") or (view.reason or "")
+        lines.append(f"{view.id:<36}  {view.spec.get('stage', '?'):<9} {view.state:<10} {slurm:<22} {why}")
+    return lines
+
+
+def cancel_run(store: Store, run: str) -> str:
+    """`jobs cancel`: refuse a run that already ended; else cancel it and say how."""
+    view = store.run(store.index().resolve_run(run))
+    if view.state in TERMINAL:
+        raise JobsError(f"run {view.id} already ended: {view.state}")
+    store.ensure_writable()
+    return f"{view.id} cancelled ({cancel(store, view)})"

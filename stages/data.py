@@ -18,7 +18,7 @@ import json
 import random
 from pathlib import Path
 
-from jobs.schema import Int, Map, Str, check
+from stages.schema import Int, Map, Str, check
 
 ALPHABET = "0123456789+= \n"
 SPECIALS = ["<pad>", "<bos>", "<eos>"]

@@ -30,7 +30,7 @@ import random
 from math import comb
 from pathlib import Path
 
-from jobs.schema import Bool, Float, Int, List, Map, Str, check
+from stages.schema import Bool, Float, Int, List, Map, Str, check
 
 BACKENDS = ("hf", "vllm")
 VERIFIERS = ("exact", "math")

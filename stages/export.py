@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs.schema import Bool, Float, Int, Map, Str, check
+from stages.schema import Bool, Float, Int, Map, Str, check
 
 DTYPES = ("float32", "bfloat16", "float16")
 # Files of a model folder that export writes itself; every other file (tokenizer, chat template,

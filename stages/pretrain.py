@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from jobs.schema import Float, Int, Map, Str, check
+from stages.schema import Float, Int, Map, Str, check
 from stages import batches, formats, lm, tracking
 from stages.loop import Schedule, train
 from stages.losses import causal_lm_loss

@@ -31,7 +31,7 @@ import json
 import time
 from pathlib import Path
 
-from jobs.schema import Float, Int, Map, check
+from stages.schema import Float, Int, Map, check
 from stages import batches, formats, lm, tracking
 from stages.rewards import KINDS
 from stages.rollout import BACKENDS

@@ -113,7 +113,7 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
         return nemo_rl.check_config(config, "rm", resources)
     if backend != "torch":
         return [f"rm.backend must be torch or nemo_rl (got {backend!r})"]
-    from jobs.schema import Float, Int, Map, check
+    from stages.schema import Float, Int, Map, check
 
     return check(cfg, Map({"held_out": Float(0, 1, open_lo=True, open_hi=True), "batch_size": Int(1, 1 << 20),
                            "steps": Int(1, 10**9), "lr": Float(0, 1, open_lo=True)}, extra=True), "rm")

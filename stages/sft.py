@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.schema import Float, Int, Map, Str, check
+from stages.schema import Float, Int, Map, Str, check
 from stages import batches, formats, lm, tracking
 from stages.loop import Schedule, train
 from stages.losses import causal_lm_loss

@@ -23,7 +23,7 @@ import socket
 import time
 from pathlib import Path
 
-from jobs.context import Requeue
+from stages.contract import Requeue
 
 MODES = ("offline", "online", "disabled")
 

@@ -8,14 +8,24 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from jobs.entry import StageJob
+from jobs.executors import Prepared
 from lineage import Store
+from runtime.entry import StageJob
 
 
 class LocalExecutor:
     name = "local"
 
-    def run_chain(self, store: Store, run_ids: list[str], echo: Callable[[str], None] = print) -> bool:
+    def prepare(self, store_root, plan) -> list[Prepared]:
+        return [Prepared() for _ in plan.stages]  # this machine takes any resources: nothing to settle
+
+    def dry_run(self, store_root, plan) -> str:
+        from jobs.show import format_plan
+
+        return format_plan(plan)
+
+    def launch(self, store: Store, run_ids: list[str], prepared: list[Prepared] | None = None,
+               echo: Callable[[str], None] = print) -> bool:
         import submitit
 
         ok = True

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Callable
 
 from jobs import containers, profiles
-from jobs.entry import StageJob
 from jobs.errors import ExecutorError
+from jobs.executors import Prepared
 from jobs.provenance import PROJECT_ROOT
 from lineage import Store
+from runtime.entry import StageJob
 
 SIGNAL_DELAY_S = 90   # USR2 this long before the time limit: time to checkpoint
 
@@ -165,19 +166,23 @@ class SlurmExecutor:
     def image_for(self, stage: dict) -> containers.Image | None:
         return image_for(stage, self.target)
 
-    def prepare(self, store_root: Path, stages: list[dict]) -> list[dict]:
-        """Render and validate every stage before anything is recorded; returns their parameters."""
+    def prepare(self, store_root: Path, plan) -> list[Prepared]:
+        """Render and validate every stage before anything is recorded."""
         prepared = []
         with tempfile.TemporaryDirectory() as tmp:
-            for stage in stages:
+            for stage in _stages(plan):
                 image = self.image_for(stage)
                 params = sbatch_params(stage, self.target.profile, store_root, image)
                 test_only(render(params, Path(tmp), python_for(image)))  # checks #SBATCH lines only
-                prepared.append({"params": params, "image": image})
+                prepared.append(Prepared(params=params, image=image, record={
+                    "container_image": image.reference if image else None, "profile": self.target.profile.name}))
         return prepared
 
-    def submit_chain(self, store: Store, run_ids: list[str], prepared: list[dict],
-                     echo: Callable[[str], None] = print) -> bool:
+    def dry_run(self, store_root: Path, plan) -> str:
+        return dry_run(store_root, _stages(plan), self.target)
+
+    def launch(self, store: Store, run_ids: list[str], prepared: list[Prepared],
+               echo: Callable[[str], None] = print) -> bool:
         import submitit
 
         job_of: dict[str, str] = {}
@@ -185,19 +190,25 @@ class SlurmExecutor:
             spec = store.run_spec(run_id)
             ups = sorted({job_of[ref["run"]] for ref in spec.get("pending_inputs", {}).values()})
             folder = store.run_dir(run_id) / "logs"
-            executor = submitit.SlurmExecutor(folder=folder, python=python_for(prep["image"]))
-            params = dict(prep["params"])
+            executor = submitit.SlurmExecutor(folder=folder, python=python_for(prep.image))
+            params = dict(prep.params)
             if ups:
                 params["dependency"] = "afterok:" + ":".join(ups)
             executor.update_parameters(**params)
             job = executor.submit(StageJob(str(store.root), run_id))
             job_of[run_id] = job.job_id
             store.add_event(run_id, "job", executor="slurm", job_id=job.job_id, folder=str(folder),
-                            image=prep["image"].reference if prep["image"] else None,
+                            image=prep.image.reference if prep.image else None,
                             dependency=params.get("dependency"))
             echo(f"{run_id}  {spec['stage']:<9} submitted as Slurm job {job.job_id}"
                  + (f" (after {', '.join(ups)})" if ups else ""))
         return True
+
+
+def _stages(plan) -> list[dict]:
+    from dataclasses import asdict
+
+    return [asdict(sp) for sp in plan.stages]
 
 
 def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget) -> str:

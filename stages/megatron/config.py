@@ -45,7 +45,7 @@ def bridge(version: str) -> dict:
 
 def image_version(container: str = "nemo", library: str = "megatron_bridge") -> str:
     """The library version the pinned image carries (containers.lock `libraries:`)."""
-    from jobs.containers import load_lock
+    from containers import load_lock
 
     image = load_lock().get(container)
     version = image.libraries.get(library) if image else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jobs.schema import Bool, Float, Int, List, Map, Str, check
+from stages.schema import Bool, Float, Int, List, Map, Str, check
 from stages.prep import sources as src
 
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"

@@ -23,7 +23,7 @@ import random
 import re
 from pathlib import Path
 
-from jobs.schema import Bool, Float, Int, List, Map, Str, check
+from stages.schema import Bool, Float, Int, List, Map, Str, check
 from stages.prep.pretrain import NAME, source_problems
 
 SOURCE = Map({

@@ -24,7 +24,7 @@ import random
 import re
 from pathlib import Path
 
-from jobs.schema import Float, Int, List, Map, Str, check
+from stages.schema import Float, Int, List, Map, Str, check
 from stages.prep.pretrain import NAME, source_problems
 
 SOURCE = Map({"name": Str(pattern=NAME), "path": Str(empty=False), "subset": Str(required=False, null=True),

@@ -103,10 +103,10 @@ def sandbox(tmp_path, monkeypatch, counted) -> Sandbox:
 
 
 def ident(pid: int) -> dict:
-    from jobs.status import _boot_id, proc_start
+    from runtime.attempts import boot_id, proc_start
 
     return {"host": socket.gethostname(), "pid": pid, "pgid": os.getpgid(pid), "proc_start": proc_start(pid),
-            "boot_id": _boot_id()}
+            "boot_id": boot_id()}
 
 
 @dataclass
@@ -300,10 +300,10 @@ def test_a_job_refuses_an_input_corrupted_after_submit(fresh, monkeypatch):
         monkeypatch.setenv(k, v)
     monkeypatch.syspath_prepend(str(FIXTURES))
     s = Store(box.store)
-    plan = make_plan(s, "testchain", "double", [], [], "local")
+    plan = make_plan(s, "testchain", "double")
     (run,) = record(s, plan)
     box.tamper()
-    assert not LocalExecutor().run_chain(s, [run], echo=lambda line: None)
+    assert not LocalExecutor().launch(s, [run], echo=lambda line: None)
     view = s.run(run)
     assert view.state == "FAILED" and "\n" not in view.reason
     assert "CorruptInput: input numbers is corrupt" in view.reason and "changed result.json" in view.reason
@@ -334,7 +334,7 @@ def test_cancel_stops_a_real_local_run_and_only_it(sandbox):
     assert submit.returncode == 1, (submit.returncode, err)   # told its run ended, not killed itself
     assert "CANCELLED" in out
     assert s.run(run).state == "CANCELLED"
-    from jobs.status import proc_start
+    from runtime.attempts import proc_start
     assert proc_start(attempt["pid"]) is None
 
 

@@ -37,7 +37,7 @@ def jobs_env(cache: Path) -> dict:
 def base(tmp_path_factory) -> Path:
     """count -> double on the test stages: two runs, three artifacts (a code snapshot and two results)."""
     root = tmp_path_factory.mktemp("base") / "store"
-    r = run_jobs(root, "submit", "testchain", "--stages", "count,double", "count.steps=2", "count.step_s=0",
+    r = run_jobs(root, "submit", "testchain", "--stage", "count,double", "count.steps=2", "count.step_s=0",
                  env=jobs_env(root.parent / "cache"))
     assert r.code == 0, r.err
     return root

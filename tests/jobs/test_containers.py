@@ -15,7 +15,9 @@ LOCK = Path(__file__).parents[2] / "containers" / "containers.lock"
 def lock(tmp_path, monkeypatch) -> Path:
     copy = tmp_path / "containers.lock"
     shutil.copy(LOCK, copy)
-    monkeypatch.setattr(containers, "LOCK", copy)
+    import containers as pins  # the lock reader the command and the stages share
+
+    monkeypatch.setattr(pins, "LOCK", copy)
     return copy
 
 

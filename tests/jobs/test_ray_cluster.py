@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from helpers import ray_pids, run_jobs
-from jobs.context import Distributed
-from jobs.ray_cluster import (RayCluster, RayClusterError, cpus, driver_auth, free_ports, plan_node,
+from stages.contract import Distributed
+from runtime.ray_cluster import (RayCluster, RayClusterError, cpus, driver_auth, free_ports, plan_node,
                               readiness_message, ready_timeout, serve_worker)
 from lineage import Store
 

@@ -45,7 +45,7 @@ def need_dot() -> None:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("report store") / "st 'o' re"
-    for args in (("reportchain", "--stage", "all"), ("testchain", "--stages", "count,double")):
+    for args in (("reportchain", "--stage", "all"), ("testchain", "--stage", "count,double")):
         r = run_jobs(root, "submit", *args, env=ENV)
         assert r.code == 0, r.err
     return root
@@ -265,7 +265,7 @@ def test_bad_input_is_one_line_exit_2_store_unchanged(store, tmp_path, args, say
 
 def test_a_run_that_never_started_shows_its_pending_input(tmp_path):
     store = tmp_path / "s"
-    r = run_jobs(store, "submit", "testchain", "--stages", "count,double", "count.fail=true", env=ENV)
+    r = run_jobs(store, "submit", "testchain", "--stage", "count,double", "count.fail=true", env=ENV)
     assert r.code == 1
     runs = {row["stage"]: row for row in Store(store).index().runs()}
     assert runs["count"]["state"] == "FAILED" and runs["double"]["state"] != "SUCCEEDED"

@@ -25,11 +25,11 @@ def runs(store: Path) -> list[str]:
 
 def test_identical_submission_reuses_the_run_and_force_reruns(tmp_path, env):
     store = tmp_path / "s"
-    assert run_jobs(store, "submit", "testchain", "--stages", "count,double", env=env).code == 0
-    again = run_jobs(store, "submit", "testchain", "--stages", "count,double", env=env)
+    assert run_jobs(store, "submit", "testchain", "--stage", "count,double", env=env).code == 0
+    again = run_jobs(store, "submit", "testchain", "--stage", "count,double", env=env)
     assert again.code == 0 and again.out.count("reused: an identical run already succeeded") == 2
     assert len(runs(store)) == 2
-    changed = run_jobs(store, "submit", "testchain", "--stages", "count,double", "double.fail=false", "count.steps=4", env=env)
+    changed = run_jobs(store, "submit", "testchain", "--stage", "count,double", "double.fail=false", "count.steps=4", env=env)
     assert "reused" not in changed.out and len(runs(store)) == 4
     forced = run_jobs(store, "submit", "testchain", "--stage", "count", "--force", env=env)
     assert "reused" not in forced.out and len(runs(store)) == 5

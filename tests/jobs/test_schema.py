@@ -1,7 +1,7 @@
-"""jobs/schema.py: every bad value becomes one line; good values pass."""
+"""stages/schema.py: every bad value becomes one line; good values pass."""
 import math
 
-from jobs.schema import Any, Bool, Float, Int, List, Map, Str, check
+from stages.schema import Any, Bool, Float, Int, List, Map, Str, check
 
 SCHEMA = Map({
     "n": Int(1, 10_000_000),

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+import containers as pins
 from jobs import containers, profiles
 from jobs.errors import ExecutorError
 from jobs.executors.slurm import render, sbatch_params
@@ -87,7 +88,7 @@ def test_unpinned_images_are_refused_unless_allowed(tmp_path, monkeypatch):
     lock = tmp_path / "containers.lock"
     lock.write_text("a: {image: 'nvcr.io/nvidia/nemo:25.11', digest: null}\n"
                     f"b: {{image: 'nvcr.io/nvidia/nemo:25.11', digest: 'sha256:{'cd' * 32}'}}\n")
-    monkeypatch.setattr(containers, "LOCK", lock)
+    monkeypatch.setattr(pins, "LOCK", lock)
     with pytest.raises(ExecutorError, match="not pinned by digest"):
         containers.resolve("a")
     assert containers.resolve("a", allow_unpinned=True).reference == "nvcr.io/nvidia/nemo:25.11"

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs import containers, profiles, recipes
+import containers as pins
+from jobs import containers
+from jobs import profiles, recipes
 from jobs.executors.slurm import render, sbatch_params
 
 ALL = [(name, stage) for name in recipes.available() for stage in recipes.load(name).stages]
@@ -67,11 +69,11 @@ def test_a_module_shared_by_recipes_gets_the_same_input_roles_and_output_names()
 
 
 def test_the_lock_is_well_formed_and_never_pins_a_made_up_digest():
-    raw = yaml.safe_load(containers.LOCK.read_text())
+    raw = yaml.safe_load(pins.LOCK.read_text())
     for name, entry in raw.items():
         assert ":" in entry["image"].rsplit("/", 1)[-1], f"{name}: image without a tag"
         assert entry.get("for"), f"{name}: say what uses it"
-        assert entry["digest"] is None or containers.DIGEST.match(entry["digest"]), f"{name}: bad digest"
+        assert entry["digest"] is None or pins.DIGEST.match(entry["digest"]), f"{name}: bad digest"
         assert entry["digest"] != "sha256:" + "0" * 64, f"{name}: a placeholder is not a pin; use null"
     assert raw["nemo"]["image"] == "nvcr.io/nvidia/nemo:25.11.nemotron_3_nano"
     assert raw["nemo-rl"]["image"] == "nvcr.io/nvidia/nemo-rl:v0.4.0.nemotron_3_nano"

@@ -76,7 +76,7 @@ def test_chain_resolves_inputs_from_upstream_when_it_starts(tmp_path, env):
     store = tmp_path / "store"
     # An older count result exists: a dependent resolving `:latest` at submit time would take it.
     assert run_jobs(store, "submit", "testchain", "--stage", "count", "count.steps=3", env=env).code == 0
-    count, double = submit(store, env, "testchain", "--stages", "count,double", "count.steps=6")
+    count, double = submit(store, env, "testchain", "--stage", "count,double", "count.steps=6")
     s = Store(store)
     assert "afterok:" + job_of(store, count) == s.run(double).jobs[-1]["dependency"]
     view = wait(store, double, {"SUCCEEDED", "FAILED", "CANCELLED"}, env=env)
@@ -88,7 +88,7 @@ def test_chain_resolves_inputs_from_upstream_when_it_starts(tmp_path, env):
 
 def test_failed_upstream_cancels_dependents_with_a_reason(tmp_path, env):
     store = tmp_path / "store"
-    count, double = submit(store, env, "testchain", "--stages", "count,double", "count.fail=true")
+    count, double = submit(store, env, "testchain", "--stage", "count,double", "count.fail=true")
     assert wait(store, count, {"FAILED", "SUCCEEDED"}, env=env).state == "FAILED"
     view = wait(store, double, {"CANCELLED", "FAILED", "SUCCEEDED"}, deadline_s=90, env=env)
     assert view.state == "CANCELLED"
@@ -99,7 +99,7 @@ def test_failed_upstream_cancels_dependents_with_a_reason(tmp_path, env):
 
 def test_dry_run_prints_scripts_and_records_nothing(tmp_path, env):
     store = tmp_path / "store"
-    r = run_jobs(store, "submit", "testchain", "--stages", "count,double", "--executor", "slurm",
+    r = run_jobs(store, "submit", "testchain", "--stage", "count,double", "--executor", "slurm",
                  "--profile", "dev", "--dry-run", env=env)
     assert r.code == 0, r.err
     assert r.out.count("#!/bin/bash") == 2 and "#SBATCH --dependency=afterok:<job count>" in r.out.replace("'", "")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from jobs import recipes
-from jobs.context import Distributed, StageContext
+from stages.contract import Distributed, StageContext
 from stages.megatron import launch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from jobs import recipes
-from jobs.context import StageContext
+from stages.contract import StageContext
 from stages import data, eval as eval_stage, lm
 from stages.rewards import math_verify
 

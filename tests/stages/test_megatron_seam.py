@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from jobs import recipes
-from jobs.context import Distributed, StageContext
+from stages.contract import Distributed, StageContext
 from stages.megatron.config import TranslationError, translate, upstream
 from stages.megatron.launch import (corpus_shards, overrides_yaml, prepare, render_export, render_import,
                                     render_train, torchrun_command)

@@ -274,7 +274,7 @@ def test_prep_rl_drops_exactly_the_planted_contaminated_prompts(prepared):
 ])
 def test_bad_prep_config_is_refused_at_submit_in_one_line(store_path, stage, override, says):
     before = tree_digest(store_path)
-    r = run_jobs(store_path, "submit", "nano3", "--stages", stage, "--dry-run", override)
+    r = run_jobs(store_path, "submit", "nano3", "--stage", stage, "--dry-run", override)
     assert r.code == 2, r.out + r.err
     assert says in r.err and len(r.err.strip().splitlines()) == 1, r.err
     assert tree_digest(store_path) == before
@@ -312,7 +312,7 @@ def test_prep_pretrain_on_two_slurm_nodes_tokenizes_on_both(tmp_path):
 
 
 def test_the_slurm_dry_run_shows_each_prep_stages_plan(store_path):
-    r = run_jobs(store_path, "submit", "nano3", "--stages", "prep_pretrain,prep_sft,prep_rl", "--executor", "slurm",
+    r = run_jobs(store_path, "submit", "nano3", "--stage", "prep_pretrain,prep_sft,prep_rl", "--executor", "slurm",
                  "--dry-run")
     assert r.code == 0, r.err
     assert "# prep_pretrain: 5 sources x 64 shards = 320 Ray tasks (SPREAD), at most 48 per node x 2 nodes" in r.out

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobs import recipes
-from jobs.context import Distributed, Requeue, StageContext
+from stages.contract import Distributed, Requeue, StageContext
 from lineage import Store
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,7 @@ RANK = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
     from test_resume_and_ddp import make_ctx
-    from jobs.context import Distributed, Requeue
+    from stages.contract import Distributed, Requeue
     from stages import pretrain
     rank, port, run_dir, inputs, stop_at, attempt = (int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]),
                                                      json.loads(sys.argv[5]), json.loads(sys.argv[6]), int(sys.argv[7]))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobs import recipes
-from jobs.context import Distributed, Requeue, StageContext
+from stages.contract import Distributed, Requeue, StageContext
 from lineage import Store
 
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ def base(data, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory):
-    from jobs import ray_cluster
+    from runtime import ray_cluster
 
     with ray_cluster.head(Distributed(), tmp_path_factory.mktemp("ray")) as address:
         yield address
@@ -201,11 +201,11 @@ def test_dpo_resumes_to_bit_identical_weights_and_refuses_another_runs_checkpoin
 
 
 def test_one_run_one_story_two_attempts_one_wandb_run_one_tensorboard(tmp_path):
-    """A recorded pretrain run executed as a job would be (jobs.entry.execute), stopped before step 6
+    """A recorded pretrain run executed as a job would be (runtime.entry.execute), stopped before step 6
     and executed again: two attempts in the record and in `jobs show`, each with its own log folder,
     both writing offline W&B files of the same W&B run ID and event files in one TensorBoard folder."""
     from helpers import run_jobs
-    from jobs.entry import execute
+    from runtime.entry import execute
     from jobs.plan import make_plan, record
     from jobs.provenance import CodeChanged
     from stages.tracking import wandb_run_id
@@ -216,8 +216,8 @@ def test_one_run_one_story_two_attempts_one_wandb_run_one_tensorboard(tmp_path):
     assert r.code == 0, r.err
     store = Store(root)
     for tries in range(5):  # the snapshot refuses code that changes under it (others editing the checkout)
-        plan = make_plan(store, "tiny", "pretrain", ["pretrain.steps=12", "pretrain.warmup=2", "pretrain.log_every=2",
-                                                     "pretrain.checkpoint_every=100", "tracking.wandb=offline"], [], "local")
+        plan = make_plan(store, "tiny", "pretrain", overrides=["pretrain.steps=12", "pretrain.warmup=2", "pretrain.log_every=2",
+                                                               "pretrain.checkpoint_every=100", "tracking.wandb=offline"])
         try:
             (run,) = record(store, plan)
             break

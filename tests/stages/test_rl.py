@@ -99,7 +99,7 @@ def test_interrupted_grpo_resumes_to_bit_identical_weights(pipeline, tmp_path):
     steps in one go. Batches and sampling seeds are functions of the step; the trainer's state and
     the step are in the checkpoint; rollout workers are refit from it."""
     from jobs import recipes
-    from jobs.context import Requeue, StageContext
+    from stages.contract import Requeue, StageContext
     from stages import rl
 
     rl_view = latest(pipeline, "rl")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobs.context import Distributed, Requeue, StageContext
+from stages.contract import Distributed, Requeue, StageContext
 from stages import batches, tracking
 from stages.eval import pass_at_k
 from stages.lm import arch_problems

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import submitit
 
-from jobs.context import Distributed, Requeue, StageContext
+from stages.contract import Distributed, Requeue, StageContext
 from lineage import Store
 
 #: How long checkpoint() waits for the stage to save; Slurm's signal comes 90 s before the kill.
@@ -51,11 +51,11 @@ def process_identity(pid: int | None = None) -> dict:
     """What tells this process apart from a later one with the same PID: host, PID, process group,
     and the start time in clock ticks since boot (/proc/<pid>/stat field 22) with the boot's ID.
     `jobs cancel` signals a local run only when all of them still match."""
-    from jobs.status import _boot_id, proc_start
+    from runtime.attempts import boot_id, proc_start
 
     pid = pid or os.getpid()
     return {"host": socket.gethostname(), "pid": pid, "pgid": os.getpgid(pid),
-            "proc_start": proc_start(pid), "boot_id": _boot_id()}
+            "proc_start": proc_start(pid), "boot_id": boot_id()}
 
 
 def _own_process_group() -> None:
@@ -144,7 +144,7 @@ class StageJob(submitit.helpers.Checkpointable):
 @contextmanager
 def _ray(ctx: StageContext) -> Iterator[None]:
     """Ray over the allocation for the stage, ended before anything is recorded, however the stage ends."""
-    from jobs import ray_cluster
+    from runtime import ray_cluster
 
     with ray_cluster.head(ctx.dist, ctx.run_dir) as address:
         ctx.ray_address = address
@@ -174,12 +174,12 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         raise
     inputs = {**spec["inputs"], **pending}
     if pending and main and any(view.inputs.get(k) != v for k, v in pending.items()):
-        from jobs.plan import run_key
+        from lineage.ids import run_key
 
         store.add_event(run_id, "inputs", inputs=pending, run_key=run_key({**spec, "inputs": inputs}))
 
     if main:
-        from jobs.attempts import close_interrupted
+        from runtime.attempts import close_interrupted
 
         close_interrupted(store, view, attempt)  # an earlier attempt that died without a word
         store.add_event(run_id, "attempt", attempt=attempt, **process_identity(),
@@ -202,13 +202,13 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **fields)
 
     try:
-        from jobs.provenance import unredact
+        from lineage.secrets import unredact
 
         ctx.config = unredact(spec["config"])  # secrets the record left out come from this job's environment
         if main:
             verify_inputs(store, inputs)
         if spec.get("ray") and not main:
-            from jobs import ray_cluster
+            from runtime import ray_cluster
 
             ray_cluster.serve_worker(dist, ctx.run_dir)  # this node's Ray worker, until rank 0 is done
             return None
@@ -226,7 +226,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         }
     except Requeue:
         if main:
-            from jobs.attempts import stop_reason
+            from runtime.attempts import stop_reason
 
             end(exit="requeued", reason=stop_reason())
             store.add_event(run_id, "status", state="QUEUED", reason="checkpointed; requeued")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from jobs.context import Distributed
+from stages.contract import Distributed
 
 READY_TIMEOUT_S = 120.0
 #: How long `ray start --block` gets to end its children after SIGTERM before the group is killed.

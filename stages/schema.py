@@ -2,7 +2,7 @@
 
 Declare what a mapping holds, then collect every problem as a one-line string (never raise):
 
-    from jobs.schema import Bool, Float, Int, List, Map, Str, check
+    from stages.schema import Bool, Float, Int, List, Map, Str, check
 
     DATA = Map({
         "seed": Int(0, 2**32 - 1),

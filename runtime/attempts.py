@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 #: sacct states of a requeued job's earlier instances, in words.
 SLURM_REASONS = {"PREEMPTED": "preempted", "TIMEOUT": "time limit", "NODE_FAIL": "node failure",
@@ -70,3 +71,23 @@ def close_interrupted(store, view, now_attempt: int) -> None:
             reason = slurm_reason(str(a["job_id"]).split("_")[0])
         store.add_event(view.id, "attempt", attempt=a["attempt"], exit="interrupted", noticed=time.time(),
                         reason=reason or "ended without recording (killed, node lost or hard requeue)")
+
+
+def proc_start(pid: int) -> int | None:
+    """The process's start time in clock ticks after boot (/proc/<pid>/stat field 22); None if no
+    such process, or it is a zombie (it has ended; only its parent has not reaped it)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text[text.rindex(")") + 2:].split()   # the name (field 2) may hold spaces and ')'
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
