@@ -11,7 +11,7 @@ def show(store, run_id: str, task: int = 0, follow: bool = False, write=sys.stdo
     the current attempt appends until the run ends (a LOST run never ends: stop following it)."""
     from jobs import status
     from jobs.errors import JobsError
-    from lineage.store import TERMINAL
+    from lineage.states import TERMINAL, RunState
 
     folder = store.run_dir(run_id) / "logs"
     if not _logs(folder, task) and not follow:
@@ -31,7 +31,7 @@ def show(store, run_id: str, task: int = 0, follow: bool = False, write=sys.stdo
         if not follow:
             return
         view = status.lost(store.run(run_id))
-        if view.state in TERMINAL or view.state == "LOST":
+        if view.state in TERMINAL or view.state == RunState.LOST:
             return
         time.sleep(1.0)
 

@@ -14,6 +14,7 @@ from typing import Callable
 
 from jobs.errors import JobsError
 from lineage import Store
+from lineage.states import RunState
 from lineage.store import RunView
 
 
@@ -83,7 +84,7 @@ def reproduce(store: Store, run_id: str, allow_env_drift: bool, echo: Callable[[
 
     old = store.run(run_id)
     spec = old.spec
-    if old.state != "SUCCEEDED":
+    if old.state != RunState.SUCCEEDED:
         raise JobsError(f"run {run_id} is {old.state}: only a SUCCEEDED run has outputs to reproduce")
     snapshot = spec["code"].get("snapshot")
     if not snapshot:
@@ -121,7 +122,7 @@ def reproduce(store: Store, run_id: str, allow_env_drift: bool, echo: Callable[[
         else:
             os.environ["PYTHONPATH"] = saved
     new = store.run(new_id)
-    if new.state != "SUCCEEDED":
+    if new.state != RunState.SUCCEEDED:
         raise JobsError(f"the reproduction {new_id} ended {new.state}: {new.reason} (see `jobs logs {new_id}`)")
     return new_id, compare(store, old, new)
 

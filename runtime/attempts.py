@@ -16,8 +16,15 @@ from pathlib import Path
 SLURM_REASONS = {"PREEMPTED": "preempted", "TIMEOUT": "time limit", "NODE_FAIL": "node failure",
                  "REQUEUED": "requeued (scontrol requeue)", "BOOT_FAIL": "node failure (boot)",
                  "CANCELLED": "cancelled", "FAILED": "error", "OUT_OF_MEMORY": "out of memory"}
-#: Slurm sends USR2 this long before the time limit (`--signal=USR2@90`), plus slack for the poll.
-TIME_LIMIT_WINDOW_S = 150
+#: Slurm sends USR2 this long before the time limit (the Slurm executor asks for `--signal=USR2@90`;
+#: a recipe may set `signal_delay_s`).
+USR2_LEAD_S = 90
+#: The one grace period: how long the job lets its stage checkpoint after USR2 before it requeues.
+#: The lead less 15 s, so the requeue and the process exit still happen before Slurm's kill.
+STOP_GRACE_S = USR2_LEAD_S - 15
+#: A USR2 with at most this much time left came for the time limit, not a preemption (the lead plus
+#: slack for squeue's view of the time left).
+TIME_LIMIT_WINDOW_S = USR2_LEAD_S + 60
 
 
 def _slurm(*args: str) -> str:

@@ -21,19 +21,12 @@ from typing import Iterator
 
 import submitit
 
-from stages.contract import Distributed, Requeue, StageContext
 from lineage import Store
+from lineage.states import RunState
+from runtime.attempts import STOP_GRACE_S
+from runtime.errors import CorruptInput, JobFailed, UpstreamFailed
+from stages.contract import Distributed, Requeue, StageContext
 
-#: How long checkpoint() waits for the stage to save; Slurm's signal comes 90 s before the kill.
-STOP_GRACE_S = 75
-
-
-class UpstreamFailed(Exception):
-    pass
-
-
-class CorruptInput(Exception):
-    """An input artifact's files no longer match its manifest: the stage must not read them."""
 
 
 def verify_inputs(store: Store, inputs: dict[str, str]) -> None:
@@ -73,7 +66,7 @@ def resolve_pending(store: Store, spec: dict) -> dict[str, str]:
     resolved = {}
     for role, ref in spec.get("pending_inputs", {}).items():
         up = store.run(ref["run"])
-        if up.state != "SUCCEEDED":
+        if up.state != RunState.SUCCEEDED:
             raise UpstreamFailed(f"upstream run {ref['run']} ({up.spec['stage']}) is {up.state}")
         resolved[role] = up.outputs[ref["output"]]
     return resolved
@@ -161,7 +154,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
     spec = store.run_spec(run_id)
     dist = distributed()
     view = store.run(run_id)
-    if view.state in ("SUCCEEDED", "CANCELLED"):
+    if view.state in (RunState.SUCCEEDED, RunState.CANCELLED):
         return view.outputs  # a requeue after the end: nothing left to do
     attempt = 1 + sum(1 for a in view.attempts if a.get("start"))
     main = dist.is_main
@@ -170,7 +163,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         pending = resolve_pending(store, spec)
     except UpstreamFailed as e:
         if main:
-            store.add_event(run_id, "status", state="CANCELLED", reason=str(e))
+            store.add_event(run_id, "status", state=RunState.CANCELLED, reason=str(e))
         raise
     inputs = {**spec["inputs"], **pending}
     if pending and main and any(view.inputs.get(k) != v for k, v in pending.items()):
@@ -185,7 +178,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         store.add_event(run_id, "attempt", attempt=attempt, **process_identity(),
                         job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
                         nodes=dist.nodes or [socket.gethostname()], start=time.time())
-        store.add_event(run_id, "status", state="RUNNING")
+        store.add_event(run_id, "status", state=RunState.RUNNING)
     ctx = StageContext(
         run_id=run_id, recipe=spec["recipe"], stage=spec["stage"], config=spec["config"],
         inputs={role: Path(store.artifact(art)["path"]) for role, art in inputs.items()},
@@ -218,7 +211,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
             return None
         missing = set(spec["outputs"]) - set(produced or {})
         if missing:
-            raise RuntimeError(f"stage {spec['stage']} did not return outputs {sorted(missing)}")
+            raise JobFailed(f"stage {spec['stage']} did not return outputs {sorted(missing)}")
         outputs = {
             name: store.register(Path(produced[name]), kind=kind, run=run_id,
                                  name=f"{spec['recipe']}/{spec['stage']}/{name}")
@@ -229,14 +222,14 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
             from runtime.attempts import stop_reason
 
             end(exit="requeued", reason=stop_reason())
-            store.add_event(run_id, "status", state="QUEUED", reason="checkpointed; requeued")
+            store.add_event(run_id, "status", state=RunState.QUEUED, reason="checkpointed; requeued")
         raise
     except BaseException as e:
         if main:
             end(exit="error", error=traceback.format_exception_only(type(e), e)[-1].strip())
-            store.add_event(run_id, "status", state="FAILED", reason=f"{type(e).__name__}: {e}")
+            store.add_event(run_id, "status", state=RunState.FAILED, reason=f"{type(e).__name__}: {e}")
         raise
     store.add_event(run_id, "outputs", outputs=outputs)
     end(exit=0)
-    store.add_event(run_id, "status", state="SUCCEEDED")
+    store.add_event(run_id, "status", state=RunState.SUCCEEDED)
     return outputs

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from runtime.errors import RayClusterError
 from stages.contract import Distributed
 
 READY_TIMEOUT_S = 120.0
 #: How long `ray start --block` gets to end its children after SIGTERM before the group is killed.
-STOP_GRACE_S = 10.0
+EXIT_WAIT_S = 10.0
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
 #: Ports every node needs, picked free on its host (several virtual nodes may share one host).
 NODE_PORTS = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
@@ -33,10 +34,6 @@ NODE_PORTS = ("node-manager-port", "object-manager-port", "dashboard-agent-liste
 #: Set in the environment of `ray start` and so of everything it spawns: how teardown finds them.
 MARK_ENV = "JOBS_RAY_TEMP_DIR"
 HEAD_PORTS = ("ray-client-server-port", "dashboard-port")  # Ray starts a dashboard process even without the UI
-
-
-class RayClusterError(RuntimeError):
-    """Ray did not come up over the allocation (in time); the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -289,7 +286,7 @@ class RayCluster:
         if self.proc is not None and self.proc.poll() is None:
             _signal_group(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=STOP_GRACE_S)
+                self.proc.wait(timeout=EXIT_WAIT_S)
             except subprocess.TimeoutExpired:
                 pass
             _signal_group(self.proc.pid, signal.SIGKILL)
@@ -300,7 +297,7 @@ class RayCluster:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        end = time.monotonic() + STOP_GRACE_S
+        end = time.monotonic() + EXIT_WAIT_S
         while _own_pids(self.node.temp_dir) and time.monotonic() < end:
             time.sleep(0.1)
         shutil.rmtree(self.node.temp_dir, ignore_errors=True)

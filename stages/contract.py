@@ -1,6 +1,8 @@
-"""What a stage sees: its resolved config, its inputs as local paths, where to write, how to log.
+"""The stage contract: what a stage module implements (`StageModule`) and what it is handed
+(`StageContext`: its resolved config, its inputs as local paths, where to write, how to log).
 
-Stages share this contract, not a base class: `run(ctx) -> {output_name: directory}`.
+Stages share this contract, not a base class. The launcher (jobs/) checks it at submit; the
+runtime (runtime/) calls `run(ctx)` inside the allocation; neither is imported from here.
 """
 from __future__ import annotations
 
@@ -10,7 +12,24 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class StageModule(Protocol):
+    """A stage is a module with these functions (and optionally `preview(config, resources) -> str`,
+    what `--dry-run` prints of what the stage will launch)."""
+
+    def run(self, ctx: "StageContext") -> dict[str, Path]:
+        """Train or transform; return {output name: folder} for the runtime to register."""
+
+    def check_config(self, config: dict, resources: dict | None = None) -> list[str]:
+        """Every problem with `config` (and the recipe's resources), each in one line; [] if none.
+        Runs at submit, before anything is recorded, so a bad value never waits in a queue."""
+
+
+class StageError(ValueError):
+    """A stage refuses its config, its inputs or its state, in one line; the run fails with it."""
 
 
 class Requeue(Exception):

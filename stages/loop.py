@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from lineage.records import atomic_write
+from stages.contract import StageError
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-class ResumeRefused(ValueError):
+class ResumeRefused(StageError):
     """A checkpoint this run must not resume from; the message is one line naming the file."""
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stages.contract import StageError
+
 #: Where the NeMo RL checkout lives in the nemo-rl image (v0.4.0.nemotron_3_nano).
 REPO = Path("/opt/nemo-rl")
 OURS = ("backend", "algorithm")
@@ -46,7 +48,7 @@ LOADER_KEYS = ("data.val_data_path", "data.train_split", "data.val_split")
 VAL_NAME = "heldout"   # our val_data_paths name: DPO/RM validation metrics are val:validation-heldout_<metric>
 
 
-class NemoRLError(ValueError):
+class NemoRLError(StageError):
     """The stage config cannot become a NeMo RL run; the message lists every problem."""
 
 

@@ -20,9 +20,9 @@ from jobs.errors import ExecutorError
 from jobs.executors import Prepared
 from jobs.provenance import PROJECT_ROOT
 from lineage import Store
+from runtime.attempts import USR2_LEAD_S
 from runtime.entry import StageJob
 
-SIGNAL_DELAY_S = 90   # USR2 this long before the time limit: time to checkpoint
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, imag
         "time": profiles.minutes(time_value),
         "nodes": int(pick("nodes") or 1),
         "ntasks_per_node": 1,
-        "signal_delay_s": int(res.get("signal_delay_s", SIGNAL_DELAY_S)),
+        "signal_delay_s": int(res.get("signal_delay_s", USR2_LEAD_S)),
     }
     for key in ("partition", "account", "qos", "constraint"):
         if getattr(p, key):

@@ -20,6 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from stages.contract import StageError
+
 UPSTREAM = Path(__file__).with_name("upstream_fields.yaml")
 FINETUNING_DATASET = "megatron.bridge.training.config.FinetuningDatasetConfig"
 PACKED_SPECS = "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs"
@@ -219,7 +221,7 @@ class _NoFields:          # for a section whose keys all pass through (dataset e
     pass
 
 
-class TranslationError(ValueError):
+class TranslationError(StageError):
     """The stage config cannot become a Megatron-Bridge run; the message lists every problem."""
 
 
