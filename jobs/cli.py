@@ -23,6 +23,18 @@ def open_store(args: argparse.Namespace):
     return Store.open(store_root(args.store))
 
 
+def call(target: str, *names: str):
+    """A command that only hands its arguments to `module:function` (the store opened first, when
+    the function takes it): imported when the command runs, so `jobs --help` stays fast."""
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        module, _, func = target.partition(":")
+        values = [open_store(args) if n == "store" else getattr(args, n) for n in names]
+        return getattr(importlib.import_module(module), func)(*values)
+    return run
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from jobs.errors import ExecutorError
     from jobs.submit import Request, submit
@@ -42,13 +54,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from jobs import logs
+    from jobs import status
     from jobs.errors import JobsError
 
     if args.task < 0:
         raise JobsError(f"--task must be 0 or more (got {args.task})")
     store = open_store(args)
-    logs.show(store, store.index().resolve_run(args.run), args.task, args.follow)
+    status.follow_logs(store, store.index().resolve_run(args.run), args.task, args.follow)
     return 0
 
 
@@ -60,38 +72,28 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from jobs import show
-    show.print_runs(open_store(args).index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit))
+    show.print_runs(open_store(args).index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json)
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     from jobs import show
-    show.print_record(open_store(args), args.id)
+    show.print_record(open_store(args), args.id, args.json)
     return 0
 
 
 def cmd_artifacts(args: argparse.Namespace) -> int:
     from jobs import show
     idx = open_store(args).index()
-    show.print_artifacts(idx, idx.artifacts(recipe=args.recipe, kind=args.kind))
+    show.print_artifacts(idx, idx.artifacts(recipe=args.recipe, kind=args.kind), args.json)
     return 0
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
     from jobs import show
     store = open_store(args)
-    print(show.lineage(store, store.index(), store.resolve_artifact(args.id), args.format))
+    print(show.lineage(store, store.index(), store.resolve_artifact(args.id), "json" if args.json else args.format))
     return 0
-
-
-def cmd_index(args: argparse.Namespace) -> int:
-    from jobs import maintenance
-    return maintenance.index(open_store(args), args.rebuild)
-
-
-def cmd_reproduce(args: argparse.Namespace) -> int:
-    from jobs import reproduce
-    return reproduce.command(open_store(args), args.run, args.allow_env_drift)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -103,11 +105,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
-    from jobs import maintenance
-    return maintenance.verify(open_store(args), args.id, args.all)
-
-
 def cmd_gc(args: argparse.Namespace) -> int:
     from jobs import maintenance
     if args.keep_top_k is not None:
@@ -115,19 +112,13 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return maintenance.gc(open_store(args), args.older_than, args.yes)
 
 
-def cmd_pin(args: argparse.Namespace) -> int:
-    from jobs import maintenance
-    return maintenance.pin(open_store(args), args.run, args.unpin)
+def cmd_add(args: argparse.Namespace) -> int:
+    from jobs.add import add
+    from jobs.submit import store_root
 
-
-def cmd_containers(args: argparse.Namespace) -> int:
-    from jobs import containers
-    return containers.command(args.action, args.name, args.digest, args.dir, args.srun, args.dry_run)
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from jobs import export
-    return export.command(open_store(args), args.id, dvc=args.dvc, name=args.name, openlineage=args.openlineage, out=args.out)
+    art, version = add(store_root(args.store), args.path, args.kind, args.name, args.source, args.revision)
+    print(f"{art}  {args.kind}  {args.name}:v{version} (use: --input ROLE={args.name}:latest)")
+    return 0
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
@@ -158,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         return flags, kw
 
     flag = dict(action="store_true")
+    as_json = a("--json", **flag, help="JSON: one object per line (a document for show and lineage), stable keys")
     command("submit", cmd_submit, "compose, record and run a recipe's stage(s)",
             a("recipe"), a("--stage", help="a stage, a comma list (a,b), or 'all'"),
             a("--executor", default="local", help="local (default: run here, wait) or slurm (submit, return)"),
@@ -169,42 +161,46 @@ def build_parser() -> argparse.ArgumentParser:
               help="use this artifact (art_… or NAME:latest|vN) for an input role; STAGE.ROLE=… for one stage"),
             a("overrides", nargs="*", help="Hydra overrides: sft.lr=1e-4 +x.y=1 ~x"))
     command("status", cmd_status, "runs not yet ended (or one run), joined with squeue/sacct",
-            a("run", nargs="?"), a("--all", **flag, help="ended runs too"), a("--limit", type=int, default=200))
+            a("run", nargs="?"), a("--all", **flag, help="ended runs too"), a("--limit", type=int, default=200), as_json)
     command("logs", cmd_logs, "a run's job output", a("run"),
             a("-f", "--follow", **flag, help="keep printing until the run ends"),
             a("--task", type=int, default=0, help="which task (node) of a multi-node job"))
     command("cancel", cmd_cancel, "cancel a run (scancel on Slurm)", a("run"))
-    command("list", cmd_list, "runs, newest first", a("--recipe"), a("--stage"), a("--limit", type=int, default=50))
+    command("list", cmd_list, "runs, newest first", a("--recipe"), a("--stage"), a("--limit", type=int, default=50), as_json)
     command("show", cmd_show, "a run's or an artifact's record",
-            a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"))
-    command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"))
+            a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json)
+    command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json)
     command("lineage", cmd_lineage, "an artifact's ancestry and descendants",
-            a("id"), a("--format", choices=["text", "mermaid", "dot"], default="text"))
-    command("index", cmd_index, "bring the SQLite index up to date with the records",
+            a("id"), a("--format", choices=["text", "mermaid", "dot", "json"], default="text"), as_json)
+    command("index", call("jobs.maintenance:index", "store", "rebuild"), "bring the SQLite index up to date with the records",
             a("--rebuild", **flag, help="drop it and read every record again"))
-    command("reproduce", cmd_reproduce, "re-run a record exactly (code, config, inputs) and compare outputs",
+    command("reproduce", call("jobs.reproduce:command", "store", "run", "allow_env_drift"), "re-run a record exactly (code, config, inputs) and compare outputs",
             a("run"), a("--allow-env-drift", **flag, help="run even if installed packages differ from the record"))
     command("diff", cmd_diff, "how two runs differ: config, code, environment, inputs, outputs", a("a"), a("b"))
-    command("verify", cmd_verify, "re-hash artifacts and report corruption", a("id", nargs="?"), a("--all", **flag))
+    command("verify", call("jobs.maintenance:verify", "store", "id", "all"), "re-hash artifacts and report corruption", a("id", nargs="?"), a("--all", **flag))
     command("gc", cmd_gc, "delete artifacts nothing keeps (dry run unless --yes)",
             a("--older-than", type=float, default=7.0, metavar="DAYS", help="retention (default 7 days)"),
             a("--yes", **flag, help="really delete"),
             a("--keep-top-k", type=int, metavar="K", help="prune training snapshots instead: keep the best K per run"),
             a("--metric", help="with --keep-top-k: the metric that ranks snapshots (lower is better)"),
             a("--higher-is-better", **flag, help="with --keep-top-k: rank by the highest metric"))
-    command("pin", cmd_pin, "keep a run's outputs from gc (--unpin to release)", a("run"), a("--unpin", **flag))
-    command("containers", cmd_containers, "images in containers.lock: list, pin a digest, import to squashfs",
+    command("pin", call("jobs.maintenance:pin", "store", "run", "unpin"), "keep a run's outputs from gc (--unpin to release)", a("run"), a("--unpin", **flag))
+    command("containers", call("jobs.containers:command", "action", "name", "digest", "dir", "srun", "dry_run"), "images in containers.lock: list, pin a digest, import to squashfs",
             a("action", choices=["list", "pin", "import"]), a("name", nargs="?"),
             a("--digest", help="with pin: the sha256:… digest to record"),
             a("--dir", default="~/.cache/jobs/enroot", help="with import: where squashfs images live"),
             a("--srun", **flag, help="with import: run enroot on a compute node through srun"),
             a("--dry-run", **flag, help="with import: print the commands only"))
-    command("export", cmd_export, "an artifact into a DVC repo, or a run as OpenLineage events",
+    command("export", call("jobs.export:command", "store", "id", "dvc", "name", "openlineage", "out"), "an artifact into a DVC repo, or a run as OpenLineage events",
             a("id", help="ART (with --dvc) or RUN (with --openlineage)"),
             a("--dvc", metavar="DIR", help="a DVC repository to put the artifact in"),
             a("--name", help="with --dvc: the folder name in the repo"),
             a("--openlineage", **flag, help="print (or --out) OpenLineage RunEvents as JSON lines"),
             a("--out", help="with --openlineage: write to this file"))
+    command("add", cmd_add, "register a file or folder you have (a base model, a data set) as an artifact",
+            a("path"), a("--kind", required=True, help="the artifact kind a stage reads: model, sft-data, corpus, ..."),
+            a("--name", required=True, help="its name, e.g. base/qwen3-0.6b; then --input ROLE=NAME:latest"),
+            a("--source", help="where it came from (a URL)"), a("--revision", help="the source's revision or commit"))
     command("recipes", cmd_recipes, "recipes and their stages")
     command("report", cmd_report, "one HTML file for a run, an artifact's lineage or a recipe: graph, curves, evals",
             a("id", help="run ID (or prefix), art_… or NAME:latest|vN, or a recipe name (its newest run per stage)"),

@@ -18,34 +18,60 @@ def size(n: int) -> str:
     return str(n)
 
 
-def print_runs(rows: Iterable) -> None:
+def print_runs(rows: Iterable, as_json: bool = False) -> None:
+    """`jobs list`: a table, or (`as_json`) one JSON object per run and line, with stable keys."""
+    if as_json:
+        for r in rows:
+            print(json.dumps({k: r[k] for k in ("id", "recipe", "stage", "state", "executor", "created")}, sort_keys=True))
+        return
     print(f"{'RUN':<36}  {'RECIPE':<8} {'STAGE':<9} {'STATE':<10} {'EXECUTOR':<8} CREATED")
     for r in rows:
         print(f"{r['id']:<36}  {r['recipe']:<8} {r['stage']:<9} {r['state'] or '?':<10} {r['executor'] or '-':<8} {_when(r['created'])}")
 
 
-def print_artifacts(idx, rows: Iterable) -> None:
+def print_artifacts(idx, rows: Iterable, as_json: bool = False) -> None:
+    """`jobs artifacts`: a table, or one JSON object per artifact and line."""
+    if as_json:
+        for a in rows:
+            print(json.dumps({"id": a["id"], "kind": a["kind"], "size": a["size"], "created": a["created"],
+                              "names": idx.names_of(a["id"])}, sort_keys=True))
+        return
     print(f"{'ARTIFACT':<20} {'KIND':<12} {'SIZE':>10}  {'CREATED':<19}  NAMES")
     for a in rows:
         names = ", ".join(idx.names_of(a["id"])) or "-"
         print(f"{a['id'][:20]:<20} {a['kind']:<12} {size(a['size']):>10}  {_when(a['created'])}  {names}")
 
 
-def print_record(store, ident: str) -> None:
+def print_record(store, ident: str, as_json: bool = False) -> None:
     """`jobs show`: a run (ID or prefix) or an artifact (art_…, NAME:latest|vN), verified: an
-    artifact, `:latest` above all, is never shown as usable without saying its files changed."""
+    artifact, `:latest` above all, is never shown as usable without saying its files changed.
+    `as_json`: one JSON document (a run: its record, state, inputs, outputs, attempts; an artifact:
+    its record, names and whether it verifies)."""
     from lineage.errors import Corrupt
 
     idx = store.index()
     if not (ident.startswith("art_") or ":" in ident):
-        return print_run(store, idx, idx.resolve_run(ident))
+        run_id = idx.resolve_run(ident)
+        if not as_json:
+            return print_run(store, idx, run_id)
+        v = store.run(run_id)
+        doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
+               "spec": v.spec, "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers}
+        print(json.dumps(doc, sort_keys=True, default=str))
+        return None
     art = store.resolve_artifact(ident)
-    print_artifact(store, idx, art)
     try:
         store.verify(art)
-        print("verified  ok")
+        problem = None
     except Corrupt as e:
-        print(f"verified  CORRUPT {e}")
+        problem = str(e)
+    if as_json:
+        doc = {"type": "artifact", **store.artifact(art), "names": idx.names_of(art), "verified": problem is None,
+               "problem": problem}
+        print(json.dumps(doc, sort_keys=True, default=str))
+        return None
+    print_artifact(store, idx, art)
+    print("verified  ok" if problem is None else f"verified  CORRUPT {problem}")
 
 
 def print_run(store, idx, run_id: str) -> None:
@@ -149,6 +175,11 @@ def _graph(idx, art_id: str):
 
 def lineage(store, idx, art_id: str, fmt: str = "text") -> str:
     nodes, edges = _graph(idx, art_id)
+    if fmt == "json":
+        return json.dumps({"artifact": art_id,
+                           "nodes": [{"id": n, "type": "artifact" if n.startswith("art_") else "run", "label": nodes[n]}
+                                     for n in sorted(nodes)],
+                           "edges": [{"from": a, "to": b, "role": role} for a, b, role in edges]}, sort_keys=True)
     if fmt == "mermaid":
         ids = {n: f"n{i}" for i, n in enumerate(sorted(nodes))}
         lines = ["graph LR"]
