@@ -29,10 +29,6 @@ def fanout(ident: str) -> str:
     return ident[-2:]
 
 
-def short(ident: str, n: int = 12) -> str:
-    return ident[:n]
-
-
 def run_key(spec: dict) -> str:
     """The identity of what a run computes (recipe, stage, module, config, inputs, code, environment):
     same key, same outputs expected; the run cache and `jobs reproduce` look runs up by it."""

@@ -212,9 +212,6 @@ class BridgeJob:
             result.setdefault(section, {}).update(values)
         return result
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class _NoFields:          # for a section whose keys all pass through (dataset extras)
