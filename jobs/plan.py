@@ -99,13 +99,15 @@ def _check_config(recipe: str, spec, config: dict) -> None:
     anything is recorded, instead of failing inside the job after a queue wait."""
     import inspect
 
+    from stages.contract import StageModule
+
     where = f"{recipe}/{spec.name}"
     try:
         module = importlib.import_module(spec.module)
     except ImportError as e:
         raise RecipeError(f"{where}: module {spec.module} cannot be imported here ({type(e).__name__}: {e})") from None
-    if not callable(getattr(module, "run", None)):
-        raise RecipeError(f"{where}: module {spec.module} has no run(ctx)")
+    if not isinstance(module, StageModule) or not callable(module.run):
+        raise RecipeError(f"{where}: module {spec.module} has no run(ctx) (stages/contract.py StageModule)")
     check = getattr(module, "check_config", None)
     try:
         if check is None:

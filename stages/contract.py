@@ -17,15 +17,13 @@ from typing import Any, Callable, NoReturn, Protocol, runtime_checkable
 
 @runtime_checkable
 class StageModule(Protocol):
-    """A stage is a module with these functions (and optionally `preview(config, resources) -> str`,
-    what `--dry-run` prints of what the stage will launch)."""
+    """A stage is a module with `run`. The recipes' stages also have `check_config(config,
+    resources=None) -> [problems]` (each one line; run at submit, before anything is recorded, so
+    a bad value never waits in a queue; tests/recipes/test_stage_contract.py holds every stage to
+    it) and may have `preview(config, resources) -> str`, what `--dry-run` shows it will launch."""
 
     def run(self, ctx: "StageContext") -> dict[str, Path]:
         """Train or transform; return {output name: folder} for the runtime to register."""
-
-    def check_config(self, config: dict, resources: dict | None = None) -> list[str]:
-        """Every problem with `config` (and the recipe's resources), each in one line; [] if none.
-        Runs at submit, before anything is recorded, so a bad value never waits in a queue."""
 
 
 class StageError(ValueError):
