@@ -42,29 +42,16 @@ TORCH = Map({
 
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
-    """Every problem with the `pretrain:` section, before submit. `backend: megatron` is translated
-    for the Megatron-Bridge version the nemo image carries (stages/megatron): unknown keys, keys
-    that version lacks, GPU layout and batch divisibility against `resources`."""
-    cfg = config.get("pretrain")
-    if not isinstance(cfg, dict):
-        return ["the config has no pretrain: section"]
-    if cfg.get("backend", "torch") == "megatron":
-        from stages.megatron import launch
+    """Every problem with the `pretrain:` section, before submit (either backend)."""
+    from stages.megatron import launch
 
-        return launch.check_config(config, "pretrain", resources)
-    problems = check(cfg, TORCH, "pretrain")
-    if not problems:
-        problems = lm.arch_problems(cfg["model"])
-    return problems
+    return launch.check_stage(config, "pretrain", resources, lambda cfg: check(cfg, TORCH, "pretrain") or lm.arch_problems(cfg["model"]))
 
 
 def preview(config: dict, resources: dict) -> str | None:
-    """For `jobs submit --dry-run`: the Megatron-Bridge overrides and recipe a megatron job runs."""
-    if config["pretrain"].get("backend") != "megatron":
-        return None
     from stages.megatron import launch
 
-    return launch.preview(config, "pretrain", resources)
+    return launch.preview_stage(config, "pretrain", resources)
 
 
 def run(ctx) -> dict[str, Path]:

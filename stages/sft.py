@@ -39,27 +39,16 @@ TORCH = Map({
 
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
-    """Every problem with the `sft:` section, before submit. `backend: megatron` is translated
-    for the Megatron-Bridge version the nemo image carries (stages/megatron): unknown keys, keys
-    that version lacks, GPU layout and batch divisibility against `resources`."""
-    cfg = config.get("sft")
-    if not isinstance(cfg, dict):
-        return ["the config has no sft: section"]
-    if cfg.get("backend", "torch") == "megatron":
-        from stages.megatron import launch
+    """Every problem with the `sft:` section, before submit (either backend)."""
+    from stages.megatron import launch
 
-        return launch.check_config(config, "sft", resources)
-    problems = check(cfg, TORCH, "sft")
-    return problems
+    return launch.check_stage(config, "sft", resources, lambda cfg: check(cfg, TORCH, "sft"))
 
 
 def preview(config: dict, resources: dict) -> str | None:
-    """For `jobs submit --dry-run`: the Megatron-Bridge overrides and recipe a megatron job runs."""
-    if config["sft"].get("backend") != "megatron":
-        return None
     from stages.megatron import launch
 
-    return launch.preview(config, "sft", resources)
+    return launch.preview_stage(config, "sft", resources)
 
 
 def run(ctx) -> dict[str, Path]:

@@ -205,6 +205,23 @@ def check_config(config: dict, stage: str, resources: dict | None) -> list[str]:
     return []
 
 
+def check_stage(config: dict, stage: str, resources: dict | None, torch_rules) -> list[str]:
+    """`check_config` of a stage with two backends: `backend: megatron` is translated for the
+    Megatron-Bridge version the nemo image carries (unknown keys, keys that version lacks, GPU
+    layout and batch divisibility against `resources`); `torch` gets `torch_rules(section)`."""
+    cfg = config.get(stage)
+    if not isinstance(cfg, dict):
+        return [f"the config has no {stage}: section"]
+    if cfg.get("backend", "torch") == "megatron":
+        return check_config(config, stage, resources)
+    return torch_rules(cfg)
+
+
+def preview_stage(config: dict, stage: str, resources: dict) -> str | None:
+    """For `jobs submit --dry-run`: the overrides and recipe a megatron job runs; None for torch."""
+    return preview(config, stage, resources) if config[stage].get("backend") == "megatron" else None
+
+
 def preview(config: dict, stage: str, resources: dict) -> str:
     """For the dry run: the Bridge version, recipe, entry, and the overrides it would apply."""
     job = plan(config, stage, resources)
