@@ -1,7 +1,8 @@
 """GRPO step throughput: our rl stage against TRL's GRPOTrainer, same model, prompts and shapes.
 
-    .venv/bin/python bench/rl.py [--store /tmp/jobs-bench-rl] [--prompts 8] [--generations 8]
-                                 [--steps 12] [--skip 2] [--max-new-tokens 5] [--threads 2]
+    .venv/bin/python bench/rl.py [--store /tmp/jobs-bench-rl] [--prompts 32] [--generations 8]
+                                 [--steps 12] [--skip 2] [--max-new-tokens 5] [--threads 1]
+                                 [--rounds 1] [--dynamic]
 
 A like-for-like pair on one machine, measured in one run: the tiny recipe's SFT model (built into
 --store on first use: data, pretrain, sft, and a 10-step rm that rl's inputs require but the
@@ -16,6 +17,13 @@ TRL: GRPOTrainer (use_cpu, no vLLM, loss_type bnpo = our token-level mean); a ca
 step from on_step_begin to on_step_end (generation, reward, reference and policy passes, optimizer)
 and the reward function counts completion tokens (eos included). Start-up (job, Ray, trainer
 construction) is outside both clocks, and the first --skip steps of each side are dropped.
+
+Like for like means `rl.grpo.use_dynamic_sampling=false`: both sides train on every group with the
+same token-mean loss. --dynamic adds a row with the recipe's default (only groups whose rewards
+differ are trained): less compute, but not the same update (the mean runs over fewer tokens and the
+dropped groups' KL term is gone), so it gets no ratio. --rounds N alternates ours and TRL N times
+(the machine is shared: a round's ratio is measured under one load). The table carries the command,
+the date and os.getloadavg() around every run.
 """
 from __future__ import annotations
 
@@ -149,42 +157,60 @@ def run_trl(model_dir: Path, prompts_dir: Path, a: argparse.Namespace) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, default=Path("/tmp/jobs-bench-rl"), help="reused when it holds the models")
-    ap.add_argument("--prompts", type=int, default=8, help="P: prompts per step")
+    ap.add_argument("--prompts", type=int, default=32, help="P: prompts per step")
     ap.add_argument("--generations", type=int, default=8, help="G: samples per prompt (the group)")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip", type=int, default=2, help="first steps of each side not counted (warm-up)")
     ap.add_argument("--max-new-tokens", type=int, default=5, help="T")
     ap.add_argument("--kl", type=float, default=0.01, help="K: k3 KL coefficient (TRL's beta)")
     ap.add_argument("--lr", type=float, default=2e-5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads, both sides")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides (1: the machine is shared)")
+    ap.add_argument("--rounds", type=int, default=1, help="ours then TRL, this many times")
+    ap.add_argument("--dynamic", action="store_true", help="also ours with dynamic sampling (not the same update)")
     a = ap.parse_args()
     if a.steps <= a.skip:
         raise SystemExit("--steps must exceed --skip")
 
+    import datetime
+
+    command = " ".join([os.path.relpath(sys.executable), *sys.argv])
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     model_dir, prompts_dir = ensure_upstream(a.store)
-    load = [os.getloadavg()[0]]
-    ours = run_ours(a.store, a)
-    load.append(os.getloadavg()[0])
-    dynamic = run_ours(a.store, a, dynamic=True)
-    load.append(os.getloadavg()[0])
-    trl = run_trl(model_dir, prompts_dir, a)
-    load.append(os.getloadavg()[0])
+    rows = []                      # (name, result, load before, load after)
+
+    def timed(name: str, fn, *args, **kw) -> dict:
+        before = os.getloadavg()
+        r = fn(*args, **kw)
+        rows.append((name, r, before, os.getloadavg()))
+        return r
+
+    pairs = []
+    for k in range(a.rounds):
+        tag = f" #{k + 1}" if a.rounds > 1 else ""
+        ours = timed(f"ours{tag} (jobs rl, hf, every group)", run_ours, a.store, a)
+        trl = timed(f"TRL GRPOTrainer{tag}", run_trl, model_dir, prompts_dir, a)
+        pairs.append((tag, ours, trl))
+    if a.dynamic:
+        timed("ours, dynamic sampling (recipe default; not the same update)", run_ours, a.store, a, dynamic=True)
 
     import trl as trl_pkg
 
-    print(f"P={a.prompts} prompts x G={a.generations} samples, T={a.max_new_tokens} new tokens, KL {a.kl}, "
-          f"lr {a.lr}, {a.threads} torch threads; {a.steps} steps, first {a.skip} not counted; "
-          f"TRL {trl_pkg.__version__}; load average {' / '.join(f'{x:.1f}' for x in load)} (start / after ours / after ours dynamic / end)\n")
-    print("| | generated tokens/s | steps/min | s/step | tokens/step | mean reward |\n|---|---:|---:|---:|---:|---:|")
-    for name, r in (("ours (jobs rl, hf)", ours), ("ours, dynamic sampling (recipe default)", dynamic),
-                    ("TRL GRPOTrainer", trl)):
-        print(f"| {name} | {r['tokens_s']:,.0f} | {r['steps_min']:.1f} | {r['step_s']:.2f} | "
-              f"{r['tokens_step']:.0f} | {r['reward']:.3f} |")
-    for name, r in (("ours / TRL", ours), ("ours dynamic / TRL", dynamic)):
-        print(f"| {name} | {r['tokens_s'] / trl['tokens_s']:.2f}x | {r['steps_min'] / trl['steps_min']:.2f}x | | | |")
-    for name, r in (("ours", ours), ("ours dynamic", dynamic)):
-        print(f"\n{name}, mean s per counted step: " + ", ".join(f"{k} {v:.2f}" for k, v in r["parts"].items())
-              + " (train = the rest: reference and policy passes, backward, optimizer, Ray calls)")
+    print(f"`{command}`, {date}; P={a.prompts} prompts x G={a.generations} samples, T={a.max_new_tokens} new "
+          f"tokens, KL {a.kl}, lr {a.lr}, {a.threads} torch threads; {a.steps} steps, first {a.skip} not counted; "
+          f"TRL {trl_pkg.__version__}; {os.cpu_count()} cores\n")
+    print("| | s/step | steps/min | generated tokens/s | tokens/step | mean reward | load avg 1/5/15 min before -> after |\n"
+          "|---|---:|---:|---:|---:|---:|---|")
+    for name, r, before, after in rows:
+        load = f"{'/'.join(f'{x:.1f}' for x in before)} -> {'/'.join(f'{x:.1f}' for x in after)}"
+        print(f"| {name} | {r['step_s']:.3f} | {r['steps_min']:.1f} | {r['tokens_s']:,.0f} | "
+              f"{r['tokens_step']:.0f} | {r['reward']:.3f} | {load} |")
+    for tag, ours, trl in pairs:
+        print(f"| **ours / TRL{tag}** (TRL s/step / ours s/step) | **{trl['step_s'] / ours['step_s']:.2f}x** | "
+              f"{ours['steps_min'] / trl['steps_min']:.2f}x | {ours['tokens_s'] / trl['tokens_s']:.2f}x | | | |")
+    for name, r, _, _ in rows:
+        if "parts" in r:
+            print(f"\n{name}, mean s per counted step: " + ", ".join(f"{k} {v:.3f}" for k, v in r["parts"].items())
+                  + " (train = the rest: reference and policy passes, backward, optimizer, Ray calls)")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,19 @@ def token_logps(model, ids, attention_mask, temperature: float = 1.0):
     return F.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 
+def packed_token_logps(model, packed: dict, temperature: float = 1.0):
+    """`token_logps` on `policy.pack_shared`'s rows (each group's prompt once): (samples, longest
+    response), log p of each response token under the temperature, 0 where `packed["valid"]` is 0.
+    The same numbers as `token_logps` on the plain rows, to float rounding (tests/stages/test_rl_packing.py)."""
+    import torch.nn.functional as F
+
+    mask = packed["mask"].to(next(model.parameters()).dtype)
+    logits = model(input_ids=packed["ids"], position_ids=packed["position_ids"], attention_mask=mask).logits
+    picked = logits.reshape(-1, logits.size(-1))[packed["source"].reshape(-1)].float() / temperature
+    logp = F.log_softmax(picked, dim=-1).gather(-1, packed["target"].reshape(-1, 1)).view(packed["target"].shape)
+    return logp * packed["valid"]
+
+
 def group_advantages(rewards, group_size: int, normalize: bool = True, eps: float = 1e-6,
                      leave_one_out: bool = True):
     """GRPO advantages: each sample's reward minus the mean of the *other* samples of its prompt's

