@@ -49,7 +49,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from jobs import status
-    print("\n".join(status.table(open_store(args), args.run, args.all, args.limit)))
+    print("\n".join(status.table(open_store(args), args.run, args.all, args.limit, args.json)))
     return 0
 
 

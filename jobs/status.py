@@ -7,15 +7,23 @@ the truth without anyone reading Slurm's logs.
 A local run is a process on one host. Its attempt records host, PID, process group and the
 process's start time; a run whose process is gone (same host, PID dead or now another process)
 shows as LOST, computed when read, and `jobs cancel` signals only a process that still matches.
+
+`rows` is what `jobs status` prints: for a running run, where its training stands (the stage's
+progress.json, else the last loss in metrics.jsonl); for a pending Slurm job, Slurm's reason and
+expected start. `follow_logs` is `jobs logs [-f]`: the current attempt's job output only.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
-from dataclasses import dataclass, replace
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from jobs.errors import JobsError
 from lineage import Store
@@ -32,6 +40,7 @@ class Live:
     state: str
     reason: str = ""
     exit_code: str = ""
+    start: str = ""   # squeue %S: the expected start of a pending job (when Slurm has estimated one)
 
 
 def slurm_job(view: RunView) -> str | None:
@@ -45,10 +54,11 @@ def query(job_ids: list[str]) -> dict[str, Live]:
         return {}
     live: dict[str, Live] = {}
     ids = ",".join(job_ids)
-    sq = subprocess.run(["squeue", "-h", "-j", ids, "-o", "%i|%T|%r"], capture_output=True, text=True)
+    sq = subprocess.run(["squeue", "-h", "-j", ids, "-o", "%i|%T|%r|%S"], capture_output=True, text=True)
     for line in sq.stdout.splitlines():
-        jid, state, reason = (line.split("|") + ["", ""])[:3]
-        live[jid] = Live(state, "" if reason in ("None", "(null)") else reason)
+        jid, state, reason, start = (line.split("|") + ["", "", ""])[:4]
+        live[jid] = Live(state, "" if reason in ("None", "(null)") else reason,
+                         start="" if start in ("N/A", "Unknown", "(null)", "None") else start)
     rest = [j for j in job_ids if j not in live]
     if rest:
         sa = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(rest), "-o", "JobIDRaw,State,ExitCode,Reason"],
@@ -89,6 +99,195 @@ def statuses(store: Store, run_ids: list[str]) -> list[tuple[RunView, Live | Non
         lv = live.get(slurm_job(v) or "")
         out.append((lost(reconcile(store, v, lv)), lv))
     return out
+
+
+# ---- what `jobs status` prints ------------------------------------------------------------------
+#: squeue's pending reasons, in words (the common ones; any other is shown as Slurm spells it).
+PENDING_WORDS = {
+    "Dependency": "waits for its upstream job", "BeginTime": "its --begin time has not come",
+    "Resources": "waits for free nodes", "Priority": "jobs of higher priority go first",
+    "DependencyNeverSatisfied": "its upstream job failed: it will never start",
+    "ReqNodeNotAvail": "a requested node is not available", "JobHeldUser": "held (scontrol release)",
+    "JobHeldAdmin": "held by an administrator", "PartitionDown": "its partition is down",
+    "QOSMaxJobsPerUserLimit": "the QOS allows no more running jobs for this user",
+}
+METRICS_TAIL = 64 << 10   # bytes read from the end of metrics.jsonl
+
+
+@dataclass
+class Row:
+    """One line of `jobs status`."""
+
+    run: str
+    stage: str
+    state: str
+    slurm: str = "local"            # "<job> <squeue/sacct state>", or "local"
+    step: int | None = None         # training progress of a running run
+    total: int | None = None
+    loss: float | None = None
+    eta_s: float | None = None
+    why: str = ""                   # Slurm's pending reason and expected start, or the record's reason
+
+
+def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
+    """{step, total, loss, eta_s} of a running stage: its progress.json (stages.tracking.Progress),
+    else the last line of metrics.jsonl with a loss. The ETA counts down from when it was written,
+    and only the attempt that wrote it has one."""
+    from stages.tracking import PROGRESS_FILE
+
+    try:
+        p = json.loads((run_dir / PROGRESS_FILE).read_text())
+        eta = p.get("eta_s")
+        if eta is not None and p.get("attempt") == attempt:
+            eta = max(0.0, eta - (now - p["time"]))
+        else:
+            eta = None
+        return {"step": p["step"], "total": p["total"], "loss": p["loss"], "eta_s": eta}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        with open(run_dir / "metrics.jsonl", "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - METRICS_TAIL))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        loss = [v for k, v in row.items() if k.endswith("/loss") and isinstance(v, (int, float))] if isinstance(row, dict) else []
+        if loss:
+            return {"step": row.get("step"), "loss": loss[0]}
+    return {}
+
+
+def pending_why(live: Live) -> str:
+    """'Dependency (waits for its upstream job); expected start 2026-…' from squeue's %r and %S."""
+    words = PENDING_WORDS.get(live.reason)
+    why = f"{live.reason} ({words})" if words else (live.reason or "pending")
+    return why + ("; expected start " + live.start if live.start else "; no start time estimated yet")
+
+
+def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row]:
+    """Each run joined with Slurm (recording ends only Slurm saw), with its progress when running."""
+    now = time.time() if now is None else now
+    out = []
+    for view, live in statuses(store, run_ids):
+        job = slurm_job(view)
+        row = Row(view.id, view.spec.get("stage", "?"), view.state,
+                  f"{job} {live.state}" if job and live else (job or "local"),
+                  why=(live.reason if live and live.reason else "") or (view.reason or ""))
+        if live is not None and live.state == "PENDING" and view.state not in TERMINAL:
+            row.why = pending_why(live)
+        if view.state == "RUNNING":
+            attempt = sum(1 for a in view.attempts if a.get("start"))
+            for k, v in read_progress(store.run_dir(view.id), attempt, now).items():
+                setattr(row, k, v)
+        out.append(row)
+    return out
+
+
+def format_rows(table: list[Row]) -> list[str]:
+    """The table `jobs status` prints, header first."""
+    from stages.tracking import duration
+
+    lines = [f"{'RUN':<36}  {'STAGE':<9} {'STATE':<10} {'SLURM':<22} {'PROGRESS':<34} WHY"]
+    for r in table:
+        progress = ""
+        if r.step is not None:
+            progress = f"{r.step}/{r.total if r.total else '?'}"
+            if r.loss is not None:
+                progress += f" loss {r.loss:.4f}"
+            if r.eta_s is not None:
+                progress += f" ETA {duration(r.eta_s)}"
+        lines.append(f"{r.run:<36}  {r.stage:<9} {r.state:<10} {r.slurm:<22} {progress:<34} {r.why}".rstrip())
+    return lines
+
+
+# ---- logs ---------------------------------------------------------------------------------------
+#: submitit's first line in a job's stdout: where an attempt begins when a requeued Slurm job
+#: appends to the file of its earlier attempts (JobFileAppend=1; the default truncates).
+ATTEMPT_MARK = b" - Starting with JobEnvironment("
+
+
+def current_job(view: RunView) -> tuple[str | None, int]:
+    """(job ID, attempt number) of the run's current attempt: the last one started, else the last
+    job submitted (attempt 0: not started yet)."""
+    started = [a for a in view.attempts if a.get("start") and a.get("job_id")]
+    if started:
+        return str(started[-1]["job_id"]), started[-1]["attempt"]
+    return (str(view.jobs[-1]["job_id"]) if view.jobs else None), 0
+
+
+#: How often a follower asks Slurm whether a job ended without the entry recording it.
+RECONCILE_S = 15.0
+
+
+def _print(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def follow_logs(store: Store, run_id: str, task: int = 0, follow: bool = False,
+                write: Callable[[str], None] = _print, poll_s: float = 1.0) -> int:
+    """Print the current attempt's stdout and stderr (`<run>/logs/<job>_<task>_log.{out,err}`);
+    with `follow`, keep printing until the run ends, moving on to each new attempt (a requeue
+    after preemption or the time limit) as it starts.
+
+    Returns the number of bytes printed. JobsError when there is nothing to show and not following.
+    """
+    folder = store.run_dir(run_id) / "logs"
+    shown, offsets, printed, asked = None, {}, 0, 0.0
+    while True:
+        view = lost(store.run(run_id))   # a LOST run never ends: stop following it
+        if follow and slurm_job(view) and time.monotonic() - asked > RECONCILE_S:
+            view, _ = statuses(store, [run_id])[0]   # records an end only Slurm saw
+            asked = time.monotonic()
+        job, attempt = current_job(view)
+        paths = [folder / f"{job}_{task}_log.{ext}" for ext in ("out", "err")] if job else []
+        if (job, attempt) != shown and any(p.exists() for p in paths):
+            write(f"==> run {run_id} attempt {max(attempt, 1)}, job {job}: {folder} <==\n")
+            # The same job requeued: go on where we are in its files, unless Slurm truncated them.
+            same = shown is not None and shown[0] == job
+            offsets = {p: offsets[p] if same and offsets.get(p) is not None else _attempt_offset(p, attempt)
+                       for p in paths}
+            shown = (job, attempt)
+        for path in paths if shown == (job, attempt) else []:
+            if offsets.get(path, 0) is None:
+                continue   # truncated for the next attempt: read it once that attempt is recorded
+            try:
+                with open(path, "rb") as f:
+                    if f.seek(0, os.SEEK_END) < offsets.get(path, 0):   # Slurm truncated it for a requeue
+                        offsets[path] = None
+                        continue
+                    f.seek(offsets.get(path, 0))
+                    chunk = f.read()
+                    offsets[path] = f.tell()
+            except FileNotFoundError:
+                continue
+            if chunk:
+                printed += len(chunk)
+                write(chunk.decode(errors="replace"))
+        if not follow:
+            if shown is None:
+                raise JobsError(f"run {run_id} has no logs yet in {folder}")
+            return printed
+        if view.state in TERMINAL or view.state == "LOST":
+            return printed
+        time.sleep(poll_s)
+
+
+def _attempt_offset(path: Path, attempt: int) -> int:
+    """Where the current attempt begins in a stdout file earlier attempts of the same job also wrote."""
+    if attempt <= 1 or path.suffix != ".out":
+        return 0
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return 0
+    at = data.rfind(ATTEMPT_MARK)
+    return 0 if at < 0 else data.rfind(b"\n", 0, at) + 1
 
 
 # ---- local processes ------------------------------------------------------------------------
@@ -186,8 +385,10 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
-def table(store: Store, run: str | None = None, every: bool = False, limit: int = 200) -> list[str]:
-    """`jobs status`: one run, or the newest `limit` runs not yet ended (`every`: ended ones too)."""
+def table(store: Store, run: str | None = None, every: bool = False, limit: int = 200,
+          as_json: bool = False) -> list[str]:
+    """`jobs status`: one run, or the newest `limit` runs not yet ended (`every`: ended ones too);
+    `as_json`: one JSON object per run (the Row's fields) and line."""
     if limit < 1:
         raise JobsError(f"--limit must be at least 1 (got {limit})")
     idx = store.index()
@@ -195,13 +396,9 @@ def table(store: Store, run: str | None = None, every: bool = False, limit: int 
         run_ids = [idx.resolve_run(run)]
     else:
         run_ids = [r["id"] for r in idx.runs(limit=limit) if every or r["state"] not in TERMINAL]
-    lines = [f"{'RUN':<36}  {'STAGE':<9} {'STATE':<10} {'SLURM':<22} WHY"]
-    for view, live in statuses(store, run_ids):
-        job = slurm_job(view)
-        slurm = f"{job} {live.state}" if job and live else (job or "local")
-        why = (live.reason if live and live.reason else "") or (view.reason or "")
-        lines.append(f"{view.id:<36}  {view.spec.get('stage', '?'):<9} {view.state:<10} {slurm:<22} {why}")
-    return lines
+    if as_json:
+        return [json.dumps(asdict(r), sort_keys=True) for r in rows(store, run_ids)]
+    return format_rows(rows(store, run_ids))
 
 
 def cancel_run(store: Store, run: str) -> str:

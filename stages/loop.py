@@ -24,7 +24,6 @@ import io
 import json
 import math
 import random
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -202,17 +201,24 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
 
-    bar = None
-    if ctx.dist.is_main and sys.stderr.isatty():
-        from tqdm import tqdm
+    # Progress: a line in the job's log and progress.json every log_every steps (rank 0). Tokens are
+    # counted where every stage's batch passes, the model's input (padding included).
+    from stages.tracking import Progress
 
-        bar = tqdm(total=schedule.steps, initial=start, desc=f"{ctx.stage}", leave=False)
+    progress = Progress(ctx, name, schedule.steps, start) if ctx.dist.is_main else None
+    tokens = [0]
+
+    def count_tokens(module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if isinstance(ids, torch.Tensor):
+            tokens[0] += ids.numel()
+
+    hook = model.register_forward_pre_hook(count_tokens, with_kwargs=True)
     model.train()
     for step in range(start, schedule.steps):
         if stop_requested():
+            hook.remove()
             save(step)
-            if bar is not None:
-                bar.close()
             ctx.requeue()
         loss, metrics = loss_fn(ddp, step, ctx.dist.rank, ctx.dist.world_size)
         optimizer.zero_grad(set_to_none=True)
@@ -220,21 +226,23 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
         optimizer.step()
         scheduler.step()
-        if bar is not None:
-            bar.update(1)
         if (step + 1) % schedule.log_every == 0 or step + 1 == schedule.steps:
             keys = sorted(metrics)
-            values = torch.tensor([loss.item(), *(float(metrics[k]) for k in keys)], dtype=torch.float64)
+            values = torch.tensor([loss.item(), tokens[0], *(float(metrics[k]) for k in keys)], dtype=torch.float64)
+            tokens[0] = 0
             if distributed:  # the mean over ranks of their shares is the global batch's value
                 dist.all_reduce(values)
                 values /= ctx.dist.world_size
-            ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr": scheduler.get_last_lr()[0],
-                     f"{name}/grad_norm": grad_norm.item(),
-                     **{f"{name}/{k}": v.item() for k, v in zip(keys, values[1:])}}, step=step + 1)
+            lr = scheduler.get_last_lr()[0]
+            speed = {}
+            if progress is not None:  # tokens: the mean share times the ranks is the global batch's
+                speed = progress.update(step + 1, values[0].item(), lr, values[1].item() * ctx.dist.world_size)
+            ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr": lr, f"{name}/grad_norm": grad_norm.item(),
+                     **({f"{name}/tokens_per_s": speed["tokens_per_s"]} if speed else {}),
+                     **{f"{name}/{k}": v.item() for k, v in zip(keys, values[2:])}}, step=step + 1)
         if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
             save(step + 1, keep=True)
-    if bar is not None:
-        bar.close()
+    hook.remove()
     if created_group:
         dist.barrier()
         dist.destroy_process_group()

@@ -9,7 +9,7 @@ Outputs: model        (model: the trained policy, a HF folder like sft's)
 Launch:  jobs submit tiny --stage rl [rl.algorithm=dpo] [rl.generation.backend=vllm]
 Backend: `rl.backend: torch` runs here on CPU; `nemo_rl` (nano3) launches NeMo RL in its container.
 
-A Ray cluster spans the job's allocation (`ray: true` in recipe.yaml; jobs/ray_cluster.py). This
+A Ray cluster spans the job's allocation (`ray: true` in recipe.yaml; runtime/ray_cluster.py). This
 process is the driver; the work happens in actors: rollout workers (stages/rollout.py: the `hf`
 or `vllm` engine), reward workers (stages/rewards.py: verifier or reward model) and the policy
 trainer (stages/policy.py). One GRPO step:
@@ -17,6 +17,12 @@ trainer (stages/policy.py). One GRPO step:
     prompts (a pure function of seed and step)  -> rollout workers: n samples per prompt
     -> reward workers: a reward per sample      -> group-relative advantages (leave-one-out, /std)
     -> trainer: clipped policy gradient + k3 KL -> trainer writes weights -> rollout workers refit
+
+The loss is a token mean over the response tokens trained on. With `rl.grpo.use_dynamic_sampling`
+(the tiny recipe's default) only groups whose rewards differ are trained on, so that mean and the
+KL term cover those groups' tokens only: a larger step than the full batch's, not the same one.
+The trainer packs each group's prompt once (stages/policy.py) and the hf rollout engine runs each
+prompt once per group: the same numbers as repeating the prompt per sample, less compute.
 
 DPO pairs come from the preference data (offline) or from on-policy rollouts ranked by the
 rewards (best vs worst of a group whose rewards differ). Validation is greedy exact match on
@@ -163,6 +169,7 @@ def run(ctx) -> dict[str, Path]:
                      **({"rl/resumed_from": start} if start else {})}, step=start)
             if start == 0:
                 validate(0)
+            progress = tracking.Progress(ctx, "rl", steps, start)   # a line in the job's log, progress.json
             for step in range(start, steps):
                 if ctx.should_stop():
                     ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step, identity, ctx.config_to_keep))
@@ -192,7 +199,9 @@ def run(ctx) -> dict[str, Path]:
                         adv = group_advantages(torch.tensor(scores), n, normalize=grpo["normalize_rewards"],
                                                leave_one_out=grpo["use_leave_one_out_baseline"]).tolist()
                         # A group whose samples all scored alike has zero advantages: no policy gradient.
-                        # Dynamic sampling trains on the other groups only (the same update, less work).
+                        # Dynamic sampling trains on the other groups only. Not the full batch's update: the
+                        # token mean then runs over the kept groups' tokens (the policy gradient is scaled
+                        # up by all tokens / kept tokens) and the dropped groups' KL term is gone.
                         keep = [j for j in range(0, len(flat), n) if len(set(scores[j:j + n])) > 1]
                         stats["zero_signal_groups"] = len(flat) // n - len(keep)
                         if grpo["use_dynamic_sampling"]:
@@ -210,6 +219,8 @@ def run(ctx) -> dict[str, Path]:
                 actors.refit()
                 stats.update(refit_s=time.perf_counter() - t_refit, step_time_s=time.perf_counter() - t0)
                 ctx.log({f"rl/{k}": v for k, v in stats.items()}, step=step + 1)
+                progress.update(step + 1, stats.get("loss", float("nan")), stats.get("lr", float("nan")),
+                                stats.get("generated_tokens", 0))
                 if (step + 1) % grpo["val_period"] == 0 or step + 1 == steps:
                     validate(step + 1)
                 if (step + 1) % cfg["checkpointing"]["save_period"] == 0 and step + 1 < steps:
@@ -272,7 +283,7 @@ class Actors:
         """The trainer writes its weights; every rollout worker loads them."""
         import ray
 
-        folder = self.call("save_weights", str(self.refit_dir))
+        folder = self.call("refit_weights", str(self.refit_dir))
         ray.get([w.load_weights.remote(folder) for w in self.workers])
 
     def nodes(self) -> int:

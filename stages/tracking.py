@@ -11,6 +11,10 @@ attempt keeps its own log folder `<run_dir>/attempts/<n>/` (its `stage.log`, `at
 its W&B files). Offline W&B never touches the network: attempt n writes
 `<run_dir>/attempts/<n>/wandb/offline-run-…-<id>/`; `wandb sync` of them all continues one run.
 The W&B run ID and folder go into the run record as the `wandb_run_id` and `wandb` tracker links.
+
+Progress (`Progress`, used by the shared training loop): every `log_every` steps one flushed line
+on stdout, which lands in the job's log (`jobs logs -f`), and `<run_dir>/progress.json`, replaced
+atomically, which `jobs status` reads for step/total, loss and ETA.
 """
 from __future__ import annotations
 
@@ -26,6 +30,46 @@ from pathlib import Path
 from stages.contract import Requeue
 
 MODES = ("offline", "online", "disabled")
+PROGRESS_FILE = "progress.json"
+
+
+def duration(seconds: float) -> str:
+    """3h04m, 12m05s, 42s: short enough for a status column."""
+    s = max(0, int(round(seconds)))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class Progress:
+    """Where a training loop stands, told every `log_every` steps (rank 0 only).
+
+    Tokens per second is measured over the last interval; the ETA extrapolates this attempt's
+    average step time (a resumed attempt does not count the steps an earlier one trained).
+    """
+
+    def __init__(self, ctx, name: str, total: int, start: int = 0):
+        self.ctx, self.name, self.total, self.start = ctx, name, total, start
+        self.t0 = self.t_last = time.monotonic()
+
+    def update(self, step: int, loss: float, lr: float, tokens: float) -> dict:
+        """Print the line, replace progress.json; returns {"tokens_per_s", "eta_s"}. `tokens` is
+        what the whole global batch processed since the last update."""
+        from lineage.records import atomic_write
+
+        now = time.monotonic()
+        tokens_per_s = tokens / max(now - self.t_last, 1e-9)
+        done = step - self.start
+        eta_s = (now - self.t0) / done * (self.total - step) if done > 0 else None
+        self.t_last = now
+        print(f"[{self.name}] step {step}/{self.total} ({100 * step // self.total}%)  loss {loss:.4f}  "
+              f"lr {lr:.2e}  {tokens_per_s:,.0f} tok/s  ETA {'?' if eta_s is None else duration(eta_s)}",
+              flush=True)
+        atomic_write(self.ctx.run_dir / PROGRESS_FILE, json.dumps({
+            "stage": self.name, "attempt": self.ctx.attempt, "step": step, "total": self.total,
+            "loss": loss, "lr": lr, "tokens_per_s": tokens_per_s, "eta_s": eta_s, "time": time.time()},
+            sort_keys=True).encode())
+        return {"tokens_per_s": tokens_per_s, "eta_s": eta_s}
 
 
 class TensorBoard:

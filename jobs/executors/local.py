@@ -1,11 +1,16 @@
 """Run stages on this machine, each in its own process through submitit's LocalExecutor.
 
 A chain runs in order and waits: a stage starts only when its upstream succeeded, and a failed
-stage cancels what depends on it, with the reason in their records.
+stage cancels what depends on it, with the reason in their records. While a stage trains, its
+progress (the stage's progress.json) shows as a bar on a terminal, as a plain line now and then
+otherwise.
 """
 from __future__ import annotations
 
+import json
 import sys
+import time
+from pathlib import Path
 from typing import Callable
 
 from jobs.executors import Prepared
@@ -42,6 +47,10 @@ class LocalExecutor:
             echo(f"{run_id}  {spec['stage']:<9} running (logs: {folder})")
             job = executor.submit(StageJob(str(store.root), run_id))
             try:
+                watch(job, store.run_dir(run_id), spec["stage"], echo)
+            except Exception as e:   # a display that fails must not stop the wait for the job
+                echo(f"    (progress display stopped: {type(e).__name__}: {e})")
+            try:
                 job.result()
             except Exception:
                 ok = False
@@ -57,3 +66,49 @@ class LocalExecutor:
                 echo(f"{run_id}  {spec['stage']:<9} SUCCEEDED  " + " ".join(f"{k}={v[:16]}" for k, v in view.outputs.items()))
         sys.stdout.flush()
         return ok
+
+
+#: Without a terminal, a progress line at most this often (a log file, CI, a pipe).
+PLAIN_EVERY_S = 30.0
+
+
+def watch(job, run_dir: Path, stage: str, echo: Callable[[str], None], poll_s: float = 0.5) -> None:
+    """Wait for the job, showing what its progress.json says: a bar redrawn in place when stdout is
+    a terminal; else a plain line when the step moved and PLAIN_EVERY_S has passed."""
+    from stages.tracking import PROGRESS_FILE, duration
+
+    tty = sys.stdout.isatty()
+    bar, seen, said = None, None, time.monotonic()
+    try:
+        while not job.done():
+            time.sleep(poll_s)
+            try:
+                p = json.loads((run_dir / PROGRESS_FILE).read_text())
+                step, total = int(p["step"]), int(p["total"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue   # not training yet (loading, or a stage without a loop)
+            if (step, total) == seen:
+                continue
+            seen = (step, total)
+            about = f"loss {p.get('loss', float('nan')):.4f}" + (
+                f"  ETA {duration(p['eta_s'])}" if p.get("eta_s") is not None else "")
+            if tty:
+                if bar is None or bar.total != total:
+                    import shutil
+
+                    from tqdm import tqdm
+
+                    if bar is not None:
+                        bar.close()
+                    # A terminal that reports no size (a fresh pty) would get no bar at all from tqdm.
+                    cols, rows = shutil.get_terminal_size()
+                    bar = tqdm(total=total, desc=f"    {stage}", leave=False, file=sys.stdout, ncols=cols, nrows=rows,
+                               bar_format="{desc} {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}")
+                bar.n = step
+                bar.set_postfix_str(about)   # redraws; tqdm puts ", " before it
+            elif time.monotonic() - said >= PLAIN_EVERY_S:
+                said = time.monotonic()
+                echo(f"    {stage:<9} step {step}/{total}  {about}")
+    finally:
+        if bar is not None:
+            bar.close()
