@@ -5,9 +5,18 @@ tearing down ends exactly our processes (never `ray stop`: it kills every Ray pr
 The head's GCS port is derived from the job (`master_port + 1`), so workers find it without talking
 to anyone; every other port is picked free on the node, because several virtual nodes (and other
 jobs) may share one host. Every wait has a deadline: `JOBS_RAY_READY_TIMEOUT_S`, default 120 s.
+
+Start-up is on every Ray stage's critical path, so nothing waits in series that need not: a worker
+starts `ray start` as soon as the head has written the cluster's token (it imports Ray meanwhile, then
+joins the moment the head's node is alive: see JOIN), the head asks the GCS which nodes are alive
+every POLL_S (a bare GCS client, not a driver), and `ray start` leaves out what a job's cluster never
+uses (the autoscaler monitor, the log monitor, the Ray Client server): each is a Python process that
+would compete for the allocation's CPUs while the nodes start. Each phase's time lands in
+`<job>.boot.json` next to the `ray start` logs.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -25,6 +34,8 @@ from runtime.errors import RayClusterError
 from stages.contract import Distributed
 
 READY_TIMEOUT_S = 120.0
+#: How often the head asks the GCS which nodes are alive, and a worker looks for the head's token.
+POLL_S = 0.05
 #: How long `ray start --block` gets to end its children after SIGTERM before the group is killed.
 EXIT_WAIT_S = 10.0
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
@@ -33,7 +44,44 @@ NODE_PORTS = ("node-manager-port", "object-manager-port", "dashboard-agent-liste
               "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")
 #: Set in the environment of `ray start` and so of everything it spawns: how teardown finds them.
 MARK_ENV = "JOBS_RAY_TEMP_DIR"
-HEAD_PORTS = ("ray-client-server-port", "dashboard-port")  # Ray starts a dashboard process even without the UI
+HEAD_PORTS = ("dashboard-port",)  # Ray starts a dashboard process even without the UI
+#: `ray start` calls this with its parameters before it starts anything (Ray's RAY_START_HOOK).
+START_HOOK = "runtime.ray_cluster.lean_start"
+#: A worker's `ray start`, imported while the head boots and run once the head's node is alive: `ray start
+#: --address` would ask for the head's node every 2 s (and for the GCS every 1 s) until it is there.
+JOIN = "from runtime.ray_cluster import join_when_head_is_up; join_when_head_is_up()"
+#: Environment of the worker's `ray start`: by when (epoch seconds) the head's node must be alive.
+JOIN_BY_ENV = "JOBS_RAY_JOIN_BY"
+
+
+def join_when_head_is_up() -> None:
+    """`python -c JOIN start --address=... ...`: `ray start` with these arguments once the head is alive."""
+    from ray.scripts.scripts import cli  # the slow part (~1.5 s of CPU), overlapped with the head's start
+    from ray._raylet import GcsClient
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+    address = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--address="))
+    ip, port = address.rsplit(":", 1)
+    end = float(os.environ.get(JOIN_BY_ENV) or time.time() + READY_TIMEOUT_S)
+    client = None
+    while time.time() < end:
+        try:
+            if client is None and _gcs_reachable(ip, int(port)):
+                client = GcsClient(address=address)
+            nodes = client.get_all_node_info(timeout=2).values() if client else ()
+        except Exception:  # the GCS is still starting up
+            nodes = ()
+        if any(n.is_head_node and n.state == GcsNodeInfo.GcsNodeState.ALIVE for n in nodes):
+            break
+        time.sleep(POLL_S)
+    else:
+        sys.exit(f"ray: the head at {address} was not alive in time")
+    sys.exit(cli.main(args=sys.argv[1:], prog_name="ray"))
+
+
+def lean_start(params, head: bool) -> None:
+    """No Ray Client server (nothing here connects with ray://): `ray start` has no flag to skip it."""
+    params.ray_client_server_port = None
 
 
 @dataclass(frozen=True)
@@ -54,13 +102,15 @@ class RayNode:
         return f"{self.head_ip}:{self.gcs_port}"
 
     def command(self) -> list[str]:
-        """The `ray start --block` line for this node."""
-        cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block"]
+        """The `ray start --block` line for this node; on a worker, run by `join_when_head_is_up`."""
+        cmd = [sys.executable, "-m", "ray.scripts.scripts"] if self.head else [sys.executable, "-c", JOIN]
+        cmd += ["start", "--block"]
         cmd += ["--head", f"--port={self.gcs_port}", "--include-dashboard=false"] if self.head \
             else [f"--address={self.address}"]
         cmd += [f"--node-ip-address={self.ip}", f"--node-name={self.name}", f"--temp-dir={self.temp_dir}",
                 f"--num-cpus={self.num_cpus}", f"--object-store-memory={OBJECT_STORE_BYTES}",
-                "--disable-usage-stats", "--min-worker-port=0", "--max-worker-port=0"]  # 0: workers bind free ports
+                "--disable-usage-stats", "--min-worker-port=0", "--max-worker-port=0",  # 0: workers bind free ports
+                "--no-monitor", "--include-log-monitor=false"]  # no autoscaling; stages do not log to the driver
         cmd += [f"--{name}={port}" for name, port in sorted(self.ports.items())]
         return cmd
 
@@ -152,13 +202,53 @@ def _own_pids(temp_dir: str) -> list[int]:
     return pids
 
 
+def _state(pid: int) -> str | None:
+    """R, S, Z (dead, not yet reaped), ...; None once gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _start_time(pid: int) -> str | None:
+    """Clock ticks since boot at which `pid` started (/proc/<pid>/stat field 22): tells a reused pid apart."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """{pid: start time} of every live process below `root`, from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = {}, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if (started := _start_time(pid)) is not None:
+            found[pid] = started
+            todo += children.get(pid, [])
+    return found
+
+
 def write_token(path: Path) -> None:
-    """A fresh secret for this cluster, readable by us alone, in the run folder every node shares."""
+    """A fresh secret for this cluster, readable by us alone, in the run folder every node shares.
+
+    Renamed into place: workers start `ray start` as soon as the file exists, so it must be whole.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    part = path.with_name(f".{path.name}.{os.getpid()}")
+    part.unlink(missing_ok=True)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32))
+    os.replace(part, path)
 
 
 def auth_env(token_file: Path) -> dict[str, str]:
@@ -208,27 +298,40 @@ class RayCluster:
         self.token_file = token_file
         self.log = log
         self.proc: subprocess.Popen | None = None
+        self.times: dict[str, float] = {}
+        self.join_by = time.time() + READY_TIMEOUT_S
 
     def start(self, deadline_s: float, abandon: Callable[[], bool] = lambda: False) -> None:
         """Start this node's part; on the head, also wait until every expected node is alive.
 
-        A worker waits for the head's port first, and starts nothing if `abandon()` turns true meanwhile.
+        A worker waits for the head's token first (the head writes it before anything else), and starts
+        nothing if `abandon()` turns true meanwhile. `times` records when each phase ended (wall clock).
         """
+        self.times["start"] = time.time()
         end = time.monotonic() + deadline_s
         node = self.node
-        if not node.head:
-            while not _gcs_reachable(node.head_ip, node.gcs_port):
+        if node.head:
+            write_token(self.token_file)
+        else:
+            while not self.token_file.exists():
                 if abandon():
                     return
                 if time.monotonic() > end:
                     raise RayClusterError(f"ray: {node.name} could not reach the head at {node.address}"
                                           f" within {deadline_s:g} s")
-                time.sleep(0.25)
+                time.sleep(POLL_S)
+        self.times["token"] = time.time()
+        self.join_by = self.times["start"] + deadline_s
+        self._launch()
         if node.head:
-            write_token(self.token_file)
+            self.wait_ready(deadline_s - (time.time() - self.times["start"]), deadline_s)
+
+    def _launch(self) -> None:
+        node = self.node
         Path(node.temp_dir).mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_USAGE_STATS_ENABLED": "0",
-               MARK_ENV: node.temp_dir, **auth_env(self.token_file)}
+               "RAY_START_HOOK": START_HOOK, MARK_ENV: node.temp_dir, **auth_env(self.token_file),
+               JOIN_BY_ENV: str(self.join_by)}
         for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN"):
             env.pop(var, None)
         out = None
@@ -241,37 +344,51 @@ class RayCluster:
         finally:
             if out is not None:
                 out.close()
-        if node.head:
-            self.wait_ready(deadline_s)
+        self.times["launched"] = time.time()
 
-    def wait_ready(self, deadline_s: float) -> None:
-        """On the head: return once every expected node is alive in Ray, else raise at the deadline."""
+    def wait_ready(self, deadline_s: float, reported_s: float | None = None) -> None:
+        """On the head: return once every expected node is alive in Ray, else raise at the deadline.
+
+        A bare GCS client asks, not a driver: `ray.init` would start a core worker only to disconnect it.
+        """
+        reported_s = deadline_s if reported_s is None else reported_s
         end = time.monotonic() + deadline_s
         alive: set[str] = set()
+        from ray._raylet import GcsClient  # imported while `ray start` boots
+
         while not _gcs_reachable(self.node.head_ip, self.node.gcs_port):
             self._check_running()
             if time.monotonic() > end:
-                raise RayClusterError(readiness_message(self.expected, alive, deadline_s))
-            time.sleep(0.25)
-        import ray
-
+                raise RayClusterError(readiness_message(self.expected, alive, reported_s))
+            time.sleep(POLL_S)
+        self.times.setdefault("gcs", time.time())
         with driver_auth(self.token_file):
-            ray.init(address=self.node.address, logging_level="WARNING", log_to_driver=False,
-                     configure_logging=False)
-            try:
-                self._poll_nodes(ray, end, deadline_s)
-            finally:
-                ray.shutdown()
+            client = None
+            while True:
+                try:
+                    client = client or GcsClient(address=self.node.address)
+                except Exception:  # the port answers before the GCS does
+                    pass
+                alive = self._alive(client) if client else set()
+                for name in alive:
+                    self.times.setdefault(f"alive:{name}", time.time())
+                if set(self.expected) <= alive:
+                    self.times["ready"] = time.time()
+                    return
+                self._check_running()
+                if time.monotonic() > end:
+                    raise RayClusterError(readiness_message(self.expected, alive, reported_s))
+                time.sleep(POLL_S)
 
-    def _poll_nodes(self, ray, end: float, deadline_s: float) -> None:
-        while True:
-            alive = {n["NodeName"] for n in ray.nodes() if n["Alive"]}
-            if set(self.expected) <= alive:
-                return
-            self._check_running()
-            if time.monotonic() > end:
-                raise RayClusterError(readiness_message(self.expected, alive, deadline_s))
-            time.sleep(0.25)
+    @staticmethod
+    def _alive(client) -> set[str]:
+        from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+        try:
+            nodes = client.get_all_node_info(timeout=2).values()
+        except Exception:  # the GCS is still starting up: ask again
+            return set()
+        return {n.node_name for n in nodes if n.state == GcsNodeInfo.GcsNodeState.ALIVE}
 
     def _check_running(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -282,7 +399,9 @@ class RayCluster:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> list[int]:
-        """End our `ray start` group, then anything left that names our temp dir; the pids that had to be killed."""
+        """End our `ray start` group, then anything left that names our temp dir or descends from it; the pids
+        that had to be killed. (Ray's agents retitle themselves over their environment: only the tree finds them.)"""
+        tree = _descendants(self.proc.pid) if self.proc is not None else {}
         if self.proc is not None and self.proc.poll() is None:
             _signal_group(self.proc.pid, signal.SIGTERM)
             try:
@@ -291,14 +410,16 @@ class RayCluster:
                 pass
             _signal_group(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-        leftovers = _own_pids(self.node.temp_dir)
+        leftovers = sorted(set(_own_pids(self.node.temp_dir))
+                           | {pid for pid, started in tree.items() if _start_time(pid) == started})
         for pid in leftovers:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         end = time.monotonic() + EXIT_WAIT_S
-        while _own_pids(self.node.temp_dir) and time.monotonic() < end:
+        while (_own_pids(self.node.temp_dir) or [p for p in leftovers if _state(p) not in (None, "Z")]) \
+                and time.monotonic() < end:
             time.sleep(0.1)
         shutil.rmtree(self.node.temp_dir, ignore_errors=True)
         return leftovers
@@ -335,7 +456,10 @@ def head(dist: Distributed, run_dir: Path) -> Iterator[str]:
     cluster = RayCluster(node, dist.nodes or [node.name], token_file=_ray_dir(run_dir) / f"{job_key()}.token",
                          log=_ray_dir(run_dir) / f"{job_key()}-{node.name}.log")
     try:
-        cluster.start(ready_timeout())
+        try:
+            cluster.start(ready_timeout())
+        finally:
+            _record_boot(cluster, _ray_dir(run_dir) / f"{job_key()}.boot.json")
         with driver_auth(cluster.token_file):
             try:
                 yield node.address
@@ -357,6 +481,7 @@ def serve_worker(dist: Distributed, run_dir: Path, poll_s: float = 0.5) -> None:
     marker = _ray_dir(run_dir) / f"{job_key()}.done"
     try:
         cluster.start(ready_timeout(), abandon=marker.exists)
+        _record_boot(cluster, _ray_dir(run_dir) / f"{job_key()}-{node.name}.boot.json")
         while cluster.proc is not None and not marker.exists():
             if not cluster.running():
                 raise RayClusterError(f"ray: the worker on {node.name} ended (exit {cluster.proc.returncode})"
@@ -364,3 +489,17 @@ def serve_worker(dist: Distributed, run_dir: Path, poll_s: float = 0.5) -> None:
             time.sleep(poll_s)
     finally:
         cluster.stop()
+
+
+def _record_boot(cluster: RayCluster, path: Path) -> None:
+    """Where this node's start-up time went (wall-clock seconds): the file, and on the head one line of stderr."""
+    t = cluster.times
+    if not t:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"node": cluster.node.name, "head": cluster.node.head, "times": t}, sort_keys=True))
+    if cluster.node.head and "ready" in t:
+        alive = sorted((v, k.split(":", 1)[1]) for k, v in t.items() if k.startswith("alive:"))
+        nodes = ", ".join(f"{name} {v - t['start']:.1f} s" for v, name in alive)
+        print(f"ray: {len(cluster.expected)} node(s) alive {t['ready'] - t['start']:.1f} s after the start"
+              f" (GCS {t['gcs'] - t['start']:.1f} s; {nodes})", file=sys.stderr, flush=True)

@@ -11,8 +11,8 @@ import pytest
 
 from helpers import ray_pids, run_jobs
 from stages.contract import Distributed
-from runtime.ray_cluster import (RayCluster, RayClusterError, cpus, driver_auth, free_ports, plan_node,
-                              readiness_message, ready_timeout, serve_worker)
+from runtime.ray_cluster import (JOIN, RayCluster, RayClusterError, cpus, driver_auth, free_ports, plan_node,
+                              _descendants, readiness_message, ready_timeout, serve_worker)
 from lineage import Store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -20,7 +20,7 @@ TWO = dict(world_size=2, master_addr="127.0.0.1", master_port=24000, nodes=["nod
 
 
 def test_head_and_worker_layout_on_two_virtual_nodes_of_one_host():
-    head = plan_node(Distributed(rank=0, **TWO), "77.0", ip="10.0.0.5", ports=[1, 2, 3, 4, 5, 6, 7, 8, 9], num_cpus=3)
+    head = plan_node(Distributed(rank=0, **TWO), "77.0", ip="10.0.0.5", ports=[1, 2, 3, 4, 5, 6, 7, 8], num_cpus=3)
     worker = plan_node(Distributed(rank=1, **TWO), "77.0", ip="10.0.0.5", ports=[11, 12, 13, 14, 15, 16, 17],
                        num_cpus=3)
     assert head.head and not worker.head
@@ -28,7 +28,7 @@ def test_head_and_worker_layout_on_two_virtual_nodes_of_one_host():
     assert (worker.name, worker.temp_dir) == ("node2", "/tmp/ray-77-node2")
     # Workers find the head from the job alone: node 0's address (loopback -> this host's), master_port + 1.
     assert head.address == worker.address == "10.0.0.5:24001"
-    assert set(head.ports) - set(worker.ports) == {"ray-client-server-port", "dashboard-port"}
+    assert set(head.ports) - set(worker.ports) == {"dashboard-port"}
     assert not set(head.ports.values()) & set(worker.ports.values())
 
 
@@ -39,13 +39,14 @@ def test_worker_on_another_host_uses_node_0s_address():
 
 
 def test_command_lines():
-    head = plan_node(Distributed(rank=0, **TWO), "77.0", ip="10.0.0.5", ports=list(range(40, 49)), num_cpus=3)
+    head = plan_node(Distributed(rank=0, **TWO), "77.0", ip="10.0.0.5", ports=list(range(40, 48)), num_cpus=3)
     worker = plan_node(Distributed(rank=1, **TWO), "77.0", ip="10.0.0.5", ports=list(range(50, 57)), num_cpus=2)
     h, w = head.command(), worker.command()
+    assert h[1:5] == ["-m", "ray.scripts.scripts", "start", "--block"]
+    assert w[1:5] == ["-c", JOIN, "start", "--block"]   # imports Ray at once, joins when the head is alive
     for cmd in (h, w):
-        assert cmd[1:5] == ["-m", "ray.scripts.scripts", "start", "--block"]
         assert {"--disable-usage-stats", "--min-worker-port=0", "--max-worker-port=0",
-                "--node-ip-address=10.0.0.5"} <= set(cmd)
+                "--node-ip-address=10.0.0.5", "--no-monitor", "--include-log-monitor=false"} <= set(cmd)
     assert {"--head", "--port=24001", "--include-dashboard=false", "--num-cpus=3", "--node-name=node1",
             "--temp-dir=/tmp/ray-77-node1", "--node-manager-port=40"} <= set(h)
     assert {"--address=10.0.0.5:24001", "--num-cpus=2", "--node-name=node2", "--temp-dir=/tmp/ray-77-node2"} <= set(w)
@@ -63,7 +64,7 @@ def test_local_run_gets_a_free_head_port_not_a_fixed_one():
     node = plan_node(Distributed(), "9.0", ip="10.0.0.5", num_cpus=1)
     assert node.head and node.name == socket.gethostname()
     assert node.gcs_port != Distributed().master_port + 1
-    assert len(set(node.ports.values()) | {node.gcs_port}) == 9
+    assert len(set(node.ports.values()) | {node.gcs_port}) == 8
 
 
 def test_free_ports_are_distinct():
@@ -137,11 +138,28 @@ def test_one_node_cluster_comes_up_with_the_allocations_cpus_and_leaves_nothing(
             actor_pid = ray.get(holder.pid.remote())
             ray.shutdown()
         assert actor_pid in ray_pids(node.temp_dir)   # a raylet-spawned worker names our temp dir too
+        started = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                           for pid in ray_pids(node.temp_dir) if Path(f"/proc/{pid}").exists())
+        assert "gcs_server" in started and "raylet" in started
+        # What a job's cluster never uses is not started: autoscaler monitor, log monitor, Ray Client server.
+        assert not [p for p in ("monitor.py", "log_monitor", "ray.util.client.server") if p in started]
+        assert {"start", "gcs", f"alive:{node.name}", "ready"} <= set(cluster.times)
+        agents = _descendants(cluster.proc.pid)   # Ray's agents retitle themselves: only the tree names them
+        assert any("Agent" in Path(f"/proc/{pid}/cmdline").read_text() for pid in agents)
     finally:
         cluster.stop()
     assert not ray_pids(node.temp_dir)
-    assert not Path(f"/proc/{actor_pid}").exists()
+    assert not [pid for pid in agents if running(pid)]
+    assert not running(actor_pid)
     assert not Path(node.temp_dir).exists()
+
+
+def running(pid: int) -> bool:
+    """Not gone and not a zombie (nothing may reap orphans in a container)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def local_env() -> dict:
