@@ -27,6 +27,7 @@ from typing import Callable
 
 from jobs.errors import JobsError
 from lineage import Store
+from lineage.states import RunState
 from lineage.store import TERMINAL, RunView
 from runtime.attempts import boot_id, proc_start
 
@@ -76,16 +77,16 @@ def reconcile(store: Store, view: RunView, live: Live | None) -> RunView:
     reason = None
     if live.state == "CANCELLED":
         ups = sorted({ref["run"] for ref in view.spec.get("pending_inputs", {}).values()})
-        failed = [u for u in ups if store.run(u).state in ("FAILED", "CANCELLED")]
+        failed = [u for u in ups if store.run(u).state in (RunState.FAILED, RunState.CANCELLED)]
         if failed:  # Slurm cancels a job whose afterok can never be met (kill_invalid_depend)
             reason = f"not run: upstream run {', '.join(failed)} did not succeed"
         else:
             reason = "cancelled in Slurm" + (f" ({live.reason})" if live.reason else "")
-        store.add_event(view.id, "status", state="CANCELLED", reason=reason)
+        store.add_event(view.id, "status", state=RunState.CANCELLED, reason=reason)
     elif live.state in FAILED_STATES:
-        store.add_event(view.id, "status", state="FAILED", reason=f"Slurm ended the job: {live.state} exit {live.exit_code}")
+        store.add_event(view.id, "status", state=RunState.FAILED, reason=f"Slurm ended the job: {live.state} exit {live.exit_code}")
     elif live.state == "COMPLETED":
-        store.add_event(view.id, "status", state="FAILED", reason="the job ended without recording its outputs")
+        store.add_event(view.id, "status", state=RunState.FAILED, reason="the job ended without recording its outputs")
     else:
         return view
     return store.run(view.id)
@@ -180,7 +181,7 @@ def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row
                   why=(live.reason if live and live.reason else "") or (view.reason or ""))
         if live is not None and live.state == "PENDING" and view.state not in TERMINAL:
             row.why = pending_why(live)
-        if view.state == "RUNNING":
+        if view.state == RunState.RUNNING:
             attempt = sum(1 for a in view.attempts if a.get("start"))
             for k, v in read_progress(store.run_dir(view.id), attempt, now).items():
                 setattr(row, k, v)
@@ -273,7 +274,7 @@ def follow_logs(store: Store, run_id: str, task: int = 0, follow: bool = False,
             if shown is None:
                 raise JobsError(f"run {run_id} has no logs yet in {folder}")
             return printed
-        if view.state in TERMINAL or view.state == "LOST":
+        if view.state in TERMINAL or view.state == RunState.LOST:
             return printed
         time.sleep(poll_s)
 
@@ -335,7 +336,7 @@ def lost(view: RunView) -> RunView:
     if attempt is None or not _gone(attempt):
         return view
     spec = view.spec
-    return replace(view, state="LOST", reason=(
+    return replace(view, state=RunState.LOST, reason=(
         f"process {attempt['pid']} on {attempt['host']} is gone without recording an end; resubmit: "
         f"jobs submit {spec.get('recipe')} --stage {spec.get('stage')} --force, or jobs reproduce {view.id}"))
 
@@ -349,14 +350,14 @@ def cancel(store: Store, view: RunView) -> str:
     job = slurm_job(view)
     if job:
         # Recorded first, so whoever waits on the job reads CANCELLED, not a crash.
-        store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
+        store.add_event(view.id, "status", state=RunState.CANCELLED, reason="cancelled by user")
         subprocess.run(["scancel", job], check=True, capture_output=True)
         return f"scancel {job}"
     attempt = open_attempt(view)
     if attempt is None:
         if any(a.get("start") and not a.get("end") for a in view.attempts):
             raise JobsError(f"run {view.id} started but recorded no process to signal; nothing cancelled")
-        store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
+        store.add_event(view.id, "status", state=RunState.CANCELLED, reason="cancelled by user")
         return "not started yet"
     problem = process_problem(attempt)
     if problem:
@@ -366,7 +367,7 @@ def cancel(store: Store, view: RunView) -> str:
     pid, pgid = attempt["pid"], attempt.get("pgid")
     # The group the job made for itself (runtime.entry): only when the PID still leads it.
     group = pgid if pgid == pid and _pgid(pid) == pgid else None
-    store.add_event(view.id, "status", state="CANCELLED", reason="cancelled by user")
+    store.add_event(view.id, "status", state=RunState.CANCELLED, reason="cancelled by user")
     # submitit's job process ignores SIGTERM (it means "preempted" on Slurm): stop it for good.
     try:
         if group is not None:

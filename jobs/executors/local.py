@@ -15,6 +15,7 @@ from typing import Callable
 
 from jobs.executors import Prepared
 from lineage import Store
+from lineage.states import RunState
 from runtime.entry import StageJob
 
 
@@ -37,8 +38,8 @@ class LocalExecutor:
         for run_id in run_ids:
             spec = store.run_spec(run_id)
             if not ok:
-                failed = [r for r in run_ids if store.run(r).state in ("FAILED", "CANCELLED") and r != run_id]
-                store.add_event(run_id, "status", state="CANCELLED", reason=f"upstream run {failed[0]} did not succeed")
+                failed = [r for r in run_ids if store.run(r).state in (RunState.FAILED, RunState.CANCELLED) and r != run_id]
+                store.add_event(run_id, "status", state=RunState.CANCELLED, reason=f"upstream run {failed[0]} did not succeed")
                 echo(f"{run_id}  {spec['stage']:<9} CANCELLED (upstream failed)")
                 continue
             folder = store.run_dir(run_id) / "logs"
@@ -55,10 +56,10 @@ class LocalExecutor:
             except Exception:
                 ok = False
             view = store.run(run_id)
-            if view.state != "SUCCEEDED":
+            if view.state != RunState.SUCCEEDED:
                 ok = False
-                if view.state not in ("FAILED", "CANCELLED"):
-                    store.add_event(run_id, "status", state="FAILED", reason="the job process died before recording an end")
+                if view.state not in (RunState.FAILED, RunState.CANCELLED):
+                    store.add_event(run_id, "status", state=RunState.FAILED, reason="the job process died before recording an end")
                     view = store.run(run_id)
                 echo(f"{run_id}  {spec['stage']:<9} {view.state}: {view.reason}")
                 echo(f"    log: {job.paths.stderr}")
