@@ -1,13 +1,11 @@
 """Exports of the lineage to other tools: a DVC-tracked copy of an artifact, OpenLineage run events.
 
-DVC: we write the `.dvc` file and DVC's cache objects ourselves from the artifact's files (md5 per
-file, the sorted `.dir` listing, its md5), so the real `dvc status`, `dvc push` and `dvc pull` accept
-them without `dvc add` re-hashing the whole folder.
+DVC: the copy's cache objects, its `.dir` listing and the numbers in the `.dvc` file come from
+dvc-data (the library DVC itself writes its cache with), imported only inside `export_dvc`, so the
+real `dvc status`, `dvc push` and `dvc pull` accept them without `dvc add`.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -15,32 +13,11 @@ import time
 from pathlib import Path
 
 from lineage.errors import LineageError, show_path
+from lineage.records import atomic_write
 from lineage.store import Store
 
 OPENLINEAGE_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent"
 PRODUCER = "https://github.com/jobs-llm/jobs"
-
-
-def _md5(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while chunk := f.read(4 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _cache_put(cache: Path, md5: str, data_from: Path | None = None, data: bytes | None = None) -> None:
-    obj = cache / "files" / "md5" / md5[:2] / md5[2:]
-    if obj.exists():
-        return
-    obj.parent.mkdir(parents=True, exist_ok=True)
-    tmp = obj.with_name(f".{obj.name}.tmp")
-    if data_from is not None:
-        shutil.copyfile(data_from, tmp)
-    else:
-        tmp.write_bytes(data or b"")
-    os.chmod(tmp, 0o444)
-    os.replace(tmp, obj)
 
 
 EXPORT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -70,34 +47,32 @@ def export_dvc(store: Store, art_id: str, repo: Path, name: str | None = None) -
             raise LineageError(f"{show_path(target)} exists already: pass another --name or remove it")
     if (repo / ".gitignore").is_symlink() or (repo / ".dvc" / "cache").is_symlink():
         raise LineageError(f"{show_path(repo)}: .gitignore or .dvc/cache is a symbolic link; refusing to write through it")
-    cache = repo / ".dvc" / "cache"
-    entries = []
+    try:
+        import yaml
+        from dvc_data.hashfile.build import build
+        from dvc_data.hashfile.db import HashFileDB
+        from dvc_data.hashfile.transfer import transfer
+        from dvc_objects.fs.local import LocalFileSystem
+    except ImportError:
+        raise LineageError("--dvc needs dvc-data, the library DVC writes its cache with: "
+                           "pip install dvc (or dvc-data) in this environment") from None
     for e in record["manifest"]:
         file = src / e["path"] if record.get("is_dir", True) else src
         out = dest / e["path"]
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(file, out)
-        md5 = _md5(out)
-        _cache_put(cache, md5, data_from=out)
-        entries.append({"md5": md5, "relpath": e["path"]})
-    listing = json.dumps(sorted(entries, key=lambda x: x["relpath"]), sort_keys=True).encode()
-    dir_md5 = hashlib.md5(listing).hexdigest() + ".dir"
-    _cache_put(cache, dir_md5, data=listing)
+    fs = LocalFileSystem()
+    odb = HashFileDB(fs, os.fspath(repo / ".dvc" / "cache" / "files" / "md5"))
+    staging, meta, obj = build(odb, os.fspath(dest), fs, "md5")
+    transfer(staging, odb, {obj.hash_info}, hardlink=False, shallow=False)
     dvc_file = repo / f"{name}.dvc"
-    dvc_file.write_text(
-        "outs:\n"
-        f"- md5: {dir_md5}\n"
-        f"  size: {record['size']}\n"
-        f"  nfiles: {len(entries)}\n"
-        "  hash: md5\n"
-        f"  path: {name}\n"
-        "meta:\n"
-        f"  jobs_artifact: {art_id}\n"
-    )
+    out = {"md5": obj.hash_info.value, "size": meta.size, "nfiles": meta.nfiles, "hash": "md5", "path": name}
+    atomic_write(dvc_file, yaml.safe_dump({"outs": [out], "meta": {"jobs_artifact": art_id}}, sort_keys=False).encode(),
+                 mode=0o644)
     ignore = repo / ".gitignore"
     lines = ignore.read_text().splitlines() if ignore.exists() else []
     if f"/{name}" not in lines:
-        ignore.write_text("\n".join([*lines, f"/{name}"]) + "\n")
+        atomic_write(ignore, ("\n".join([*lines, f"/{name}"]) + "\n").encode(), mode=0o644)
     return dvc_file
 
 

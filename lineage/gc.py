@@ -113,8 +113,7 @@ def collect(store: Store, victims: list[Candidate]) -> int:
                 shutil.rmtree(path)
             else:
                 path.unlink()
-        (store.records / "artifact" / c.id[4:6] / f"{c.id}.json").unlink(missing_ok=True)
-        shutil.rmtree(store.records / "location" / c.id[4:6] / c.id, ignore_errors=True)
+        store.remove_artifact_records(c.id)
         idx.forget_artifact(c.id)
         freed += c.size
     return freed

@@ -51,6 +51,11 @@ def hash_bytes(data: bytes) -> Digest:
     return Digest(ALGORITHM, hashlib.sha256(data).hexdigest())
 
 
+def hash_json(obj) -> Digest:
+    """The digest of data (a manifest, a run spec, a config): SHA-256 of its canonical JSON."""
+    return hash_bytes(canonical_json(obj))
+
+
 def hash_file(path: Path) -> Digest:
     """SHA-256 of a regular file. Opened without following a link and without blocking, so a FIFO
     or link swapped in after the walk is refused instead of hanging or reading outside."""
@@ -201,8 +206,11 @@ def manifest(root: Path, cache: StatCache | None = None, workers: int | None = N
     # Big files first so the pool does not end on one long tail. One thread per usable core:
     # hashlib releases the GIL while it hashes, so the threads hash on all cores at once.
     todo.sort(key=lambda t: -t[2].st_size)
-    with ThreadPoolExecutor(max_workers=workers or usable_cpus()) as pool:
-        fresh = list(pool.map(lambda t: str(hash_file(t[1])), todo))
+    if len(todo) > 1:
+        with ThreadPoolExecutor(max_workers=workers or usable_cpus()) as pool:
+            fresh = list(pool.map(lambda t: str(hash_file(t[1])), todo))
+    else:  # one file hashes on one thread either way; starting a pool for it costs ~1 ms per register
+        fresh = [str(hash_file(t[1])) for t in todo]
     for (rel, _, _), d in zip(todo, fresh):
         digests[rel] = d
     cache.put_many([(st, d) for (_, _, st), d in zip(todo, fresh)])
@@ -213,4 +221,4 @@ def manifest(root: Path, cache: StatCache | None = None, workers: int | None = N
 
 
 def artifact_id(entries: list[dict]) -> str:
-    return "art_" + hash_bytes(canonical_json(entries)).value
+    return "art_" + hash_json(entries).value

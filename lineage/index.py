@@ -1,10 +1,12 @@
 """A SQLite index over the record files, for listing and lineage queries.
 
 It is never the truth: `rebuild()` throws it away (a garbage file included) and reads every record
-again, and `sync()` reads only the record folders whose mtime changed since the last sync. Writers
-never touch it; readers update it under a file lock. It lives in this host's cache folder (see
-lineage.store.cache_dir), never in the shared store, so SQLite never locks over NFS and read
-commands work on a read-only store; where no cache folder can be made it is built in memory.
+again, and `sync()` reads only the record folders whose mtime changed since the last sync (and a
+known name's new versions by probing, never by listing its folder). Record writers never touch it;
+readers update it, and gc removes what it collected, only through these methods and under a file
+lock. It lives in this host's cache folder (see lineage.store.cache_dir), never in the shared store,
+so SQLite never locks over NFS and read commands work on a read-only store; where no cache folder
+can be made it is built in memory.
 A folder modified in the last two seconds is not marked clean, so a record landing in the same
 mtime tick is not missed.
 """
@@ -15,6 +17,7 @@ import json
 import os
 import re
 import sqlite3
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -164,15 +167,55 @@ class Index:
         scan(os.path.join(records, "location"), 2, self._add_location, guarded=1)
         refs_root = str(self.store.refs)
         if os.path.isdir(refs_root) and not unchanged(refs_root, os.stat(refs_root)):
-            for dirpath, dirnames, filenames in os.walk(refs_root):
-                if filenames:
-                    scan(dirpath, 0, self._add_ref)
+            self._scan_refs(lambda folder: scan(folder, 0, self._add_ref), unchanged, writes)
         if not writes and not changed:
             return
         with self.db:
             for handle, path in writes:
                 handle(path)
             self.db.executemany("INSERT OR REPLACE INTO folders VALUES (?, ?)", changed.items())
+
+    def _scan_refs(self, listed, unchanged, writes: list) -> None:
+        """New ref versions, without listing a big name's folder (100k entries, seconds on Lustre).
+
+        A name the index knows is probed forward from its highest indexed version (writers take
+        numbers without gaps, see lineage.refs). A folder is listed only when the index knows no
+        versions in it (its first sync, a rebuild) or when its link count says it holds a subfolder
+        the index does not know (a new name below it).
+        """
+        top = dict(self.db.execute("SELECT name, max(version) FROM refs GROUP BY name").fetchall())
+        children: dict[str, set[str]] = {}
+        for name in top:
+            parts = name.split("/")
+            for k in range(len(parts)):
+                children.setdefault("/".join(parts[:k]), set()).add(parts[k])
+        root = str(self.store.refs)
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            folder = os.path.join(root, rel) if rel else root
+            try:
+                st = os.lstat(folder)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                continue  # a link planted as a refs folder is never followed
+            if rel and rel in top:
+                if not unchanged(folder, st):
+                    v = top[rel] + 1
+                    while os.path.lexists(path := refs.version_path(Path(folder), v)):
+                        writes.append((self._add_ref, path))
+                        v += 1
+            elif rel:
+                listed(folder)
+            known = [c for c in children.get(rel, ()) if os.path.isdir(os.path.join(folder, c))
+                     and not os.path.islink(os.path.join(folder, c))]
+            if st.st_nlink - 2 == len(known):  # a folder's link count is 2 + its subfolders
+                subs = known
+            else:  # a new subfolder, or a filesystem that does not count them (nlink 1)
+                with os.scandir(folder) as it:
+                    subs = [e.name for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+            stack += [f"{rel}/{c}" if rel else c for c in subs if refs.NAME.match(f"{rel}/{c}" if rel else c)]
 
     def _exists(self, table: str, where: str, args: tuple) -> bool:
         return self.db.execute(f"SELECT 1 FROM {table} WHERE {where}", args).fetchone() is not None

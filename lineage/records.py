@@ -15,17 +15,20 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def atomic_write(path: Path, data: bytes, *, exclusive: bool = False) -> bool:
+def atomic_write(path: Path, data: bytes, *, exclusive: bool = False, mode: int | None = None) -> bool:
     """Write `data` to `path` through a temp file in the same directory, then rename.
 
     Readers see either no file or the whole file, on local disks and on NFS/Lustre alike. With
     `exclusive`, an existing file is never replaced (hard link instead of rename) and False is
-    returned when someone else got there first.
+    returned when someone else got there first. `mode` sets the file's permission bits (a temp
+    file is made 0600).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

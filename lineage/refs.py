@@ -2,17 +2,26 @@
 
 Each version is its own immutable file, `refs/<name>/v000003.json`, created with a hard link so two
 writers can never take the same number (link creation is atomic on NFS too). The folder is the
-append-only log; `:latest` is its highest version.
+append-only log.
+
+Registering and resolving never list the folder, which costs seconds on Lustre at 100k versions.
+`refs/<name>/.latest` holds the highest version its writer knew. It is only a hint: it may lag
+(two writers, a crash between the link and the hint), be missing (a store written before it
+existed) or be garbage, and each of those only costs a few more probes, never a wrong answer.
+From the hint, the search probes single files forward (doubling its stride, then bisecting) to a
+version that exists whose successor does not: that is `:latest`. The search is exact because
+numbers have no gaps: a writer only ever takes the first free number after one it saw exist.
 """
 from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
 from lineage.errors import Damaged, LineageError, NotFound, show_path
-from lineage.records import read_kind, write_record
+from lineage.records import atomic_write, read_kind, write_record
 
 # The one grammar for artifact names and alias names: lowercase words joined by '/', each starting
 # with a letter or digit, so no absolute path, no `..`, nothing that leaves refs/.
@@ -20,6 +29,8 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}(/[a-z0-9][a-z0-9_.-]{0,63}){0,7}$
 ALIAS = re.compile(r"^(?P<name>[^:]+):(?P<tag>latest|v\d{1,9})$")
 VERSION_FILE = re.compile(r"^v(\d{6,9})\.json$")
 ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
+HINT = ".latest"  # starts with '.', so no name, no version file and no index scan ever sees it
+MAX_VERSION = 10**9 - 1
 
 
 def check_name(name: str) -> str:
@@ -28,25 +39,91 @@ def check_name(name: str) -> str:
     return name
 
 
-def versions(root: Path, name: str) -> list[int]:
+def _folder(root: Path, name: str) -> Path:
+    """The name's folder, refused (Damaged) when a symbolic link makes it lead outside the store."""
     folder = root / check_name(name)
+    if folder.is_dir() and not os.path.realpath(folder).startswith(os.path.realpath(root) + os.sep):
+        raise Damaged(f"damaged store: refs folder {show_path(folder)} leads outside the store (a symbolic link)")
+    return folder
+
+
+def version_path(folder: Path, version: int) -> Path:
+    return folder / f"v{version:06d}.json"
+
+
+def versions(root: Path, name: str) -> list[int]:
+    """Every version of `name`, by listing its folder: O(versions), for listings and rebuilds only."""
+    folder = _folder(root, name)
     if not folder.is_dir():
         return []
-    if not os.path.realpath(folder).startswith(os.path.realpath(root) + os.sep):
-        raise Damaged(f"damaged store: refs folder {show_path(folder)} leads outside the store (a symbolic link)")
     return sorted(int(m[1]) for p in folder.iterdir() if (m := VERSION_FILE.match(p.name)))
 
 
+def _hint(folder: Path) -> int:
+    """The version the hint names, 0 when it is missing, unreadable or garbage."""
+    try:
+        fd = os.open(folder / HINT, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0
+        text = os.read(fd, 16)
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+    try:
+        n = int(text.strip() or b"x")
+    except ValueError:
+        return 0
+    return n if 0 <= n <= MAX_VERSION else 0
+
+
+def _latest(folder: Path) -> int:
+    """The highest version in `folder` (0 for none), in O(log distance from the hint) single-file probes."""
+    def has(v: int) -> bool:
+        return v == 0 or os.path.lexists(version_path(folder, v))
+
+    start = _hint(folder)
+    if has(start):      # the hint is right or lags: gallop forward to a missing version
+        lo, step = start, 1
+        while has(start + step):
+            lo, step = start + step, step * 2
+        hi = start + step
+    else:               # the hint is ahead of the truth (garbage, or versions moved aside): gallop back
+        hi, step = start, 1
+        while not has(max(0, start - step)):
+            hi, step = start - step, step * 2
+        lo = max(0, start - step)
+    while hi - lo > 1:  # has(lo) and not has(hi): bisect to the boundary
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if has(mid) else (lo, mid)
+    return lo
+
+
+def latest(root: Path, name: str) -> int:
+    """The highest version of `name`, 0 when it has none."""
+    folder = _folder(root, name)
+    return _latest(folder) if folder.is_dir() else 0
+
+
 def add(root: Path, name: str, artifact: str, run: str | None) -> int:
-    """Append a version of `name` pointing at `artifact`; returns its number."""
-    check_name(name)
-    version = (versions(root, name) or [0])[-1] + 1
+    """Append a version of `name` pointing at `artifact`; returns its number.
+
+    The exclusive link is what makes the number ours: losing a race to another writer only moves
+    us to the next number. The hint is written after, without a lock, and may end up a little low.
+    """
+    folder = _folder(root, name)
+    version = (_latest(folder) if folder.is_dir() else 0) + 1
     while True:
         entry = {"name": name, "version": version, "artifact": artifact, "run": run, "time": time.time()}
-        if write_record(root / name / f"v{version:06d}.json", entry, exclusive=True):
-            os.utime(root)  # tells the index, at a glance, that some name has a new version
-            return version
+        if write_record(version_path(folder, version), entry, exclusive=True):
+            break
         version += 1
+    atomic_write(folder / HINT, b"%d\n" % version)
+    os.utime(root)  # tells the index, at a glance, that some name has a new version
+    return version
 
 
 def read(path: Path) -> dict:
@@ -58,15 +135,17 @@ def read(path: Path) -> dict:
 
 
 def resolve(root: Path, alias: str) -> str:
-    """`name:vN` or `name:latest` -> artifact ID."""
+    """`name:vN` (one file read) or `name:latest` (a few probes from the hint) -> artifact ID."""
     m = ALIAS.match(alias)
     if not m:
         raise LineageError(f"bad alias {show_path(alias)!r}: use NAME:vN or NAME:latest, e.g. tiny/data/sft:latest")
     name, tag = m["name"], m["tag"]
-    known = versions(root, name)
-    if not known:
-        raise NotFound(f"no artifact is named {name!r} (see `jobs artifacts`)")
-    version = known[-1] if tag == "latest" else int(tag[1:])
-    if version not in known:
-        raise NotFound(f"{name} has no version v{version}; latest is v{known[-1]}")
-    return read(root / name / f"v{version:06d}.json")["artifact"]
+    folder = _folder(root, name)
+    if tag == "latest" or not os.path.lexists(version_path(folder, int(tag[1:]))):
+        last = _latest(folder) if folder.is_dir() else 0
+        if not last:
+            raise NotFound(f"no artifact is named {name!r} (see `jobs artifacts`)")
+        if tag != "latest":
+            raise NotFound(f"{name} has no version v{int(tag[1:])}; latest is v{last}")
+        return read(version_path(folder, last))["artifact"]
+    return read(version_path(folder, int(tag[1:])))["artifact"]

@@ -28,9 +28,9 @@ Every record read is checked for its shape, and a damaged file is a `Damaged` er
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
+import shutil
 import socket
 import stat
 import time
@@ -51,7 +51,7 @@ ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
 def cache_dir(root: Path) -> Path:
     """This host's cache folder for the store at `root`: the index and the stat cache live here."""
     base = os.environ.get("JOBS_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "jobs"
-    key = hashlib.sha256(os.path.realpath(root).encode()).hexdigest()[:16]
+    key = hashing.hash_bytes(os.path.realpath(root).encode()).value[:16]
     return Path(base) / socket.gethostname() / key
 
 
@@ -258,6 +258,14 @@ class Store:
         write_record(file, {"id": loc_id, "artifact": art_id, "path": str(path), "is_dir": path.is_dir(),
                             "run": run, "time": time.time(), "healed": reason})
         os.utime(file.parent.parent)  # as in add_event: the index skips fans with no new location
+
+    def remove_artifact_records(self, art_id: str) -> None:
+        """Delete the artifact's record and its location records: only gc removes records, and only
+        after deciding nothing keeps the artifact (the index is told separately)."""
+        if not ART_ID.match(art_id):
+            raise LineageError(f"bad artifact ID {art_id!r}: expected art_ and 64 hex digits")
+        self._path("artifact", art_id).unlink(missing_ok=True)
+        shutil.rmtree(self.records / "location" / fanout(art_id) / art_id, ignore_errors=True)
 
     def locations(self, art_id: str) -> list[dict]:
         """The artifact's later locations, oldest first (healed copies)."""
