@@ -27,8 +27,8 @@ from typing import Callable
 
 from jobs.errors import JobsError
 from lineage import Store
-from lineage.states import RunState
-from lineage.store import TERMINAL, RunView
+from lineage.states import TERMINAL, RunState
+from lineage.store import RunView
 from runtime.attempts import boot_id, proc_start
 
 FAILED_STATES = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}

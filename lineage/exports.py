@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lineage.errors import LineageError, show_path
 from lineage.records import atomic_write
+from lineage.states import RunState
 from lineage.store import Store
 
 OPENLINEAGE_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent"
@@ -104,7 +105,7 @@ def openlineage_events(store: Store, run_id: str) -> list[dict]:
     start = view.attempts[0]["start"] if view.attempts and view.attempts[0].get("start") else spec["created"]
     events = [{"eventType": "START", "eventTime": iso(start), "run": {"runId": run_id, "facets": run_facets},
                "job": job, "inputs": inputs, "outputs": [], "producer": PRODUCER, "schemaURL": OPENLINEAGE_SCHEMA}]
-    end_type = {"SUCCEEDED": "COMPLETE", "FAILED": "FAIL", "CANCELLED": "ABORT"}.get(view.state)
+    end_type = {RunState.SUCCEEDED: "COMPLETE", RunState.FAILED: "FAIL", RunState.CANCELLED: "ABORT"}.get(view.state)
     if end_type:
         events.append({"eventType": end_type, "eventTime": iso(view.updated), "run": {"runId": run_id},
                        "job": job, "inputs": inputs,

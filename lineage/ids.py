@@ -32,10 +32,9 @@ def fanout(ident: str) -> str:
 def run_key(spec: dict) -> str:
     """The identity of what a run computes (recipe, stage, module, config, inputs, code, environment):
     same key, same outputs expected; the run cache and `jobs reproduce` look runs up by it."""
-    from lineage.hashing import hash_bytes
-    from lineage.records import canonical_json
+    from lineage.hashing import hash_json
 
     keyed = {k: spec.get(k) for k in ("recipe", "stage", "module", "config", "inputs")}
     keyed["code"] = spec["code"]["snapshot"]
     keyed["environment"] = spec.get("container_image") or spec["environment"].get("digest")
-    return str(hash_bytes(canonical_json(keyed)))
+    return str(hash_json(keyed))

@@ -42,9 +42,9 @@ from lineage import hashing, refs
 from lineage.errors import Ambiguous, Corrupt, Damaged, LineageError, NotFound, StoreUnusable, Unsafe, show_path
 from lineage.ids import fanout, uuid7
 from lineage.records import read_kind, read_record, write_record
+from lineage.states import RunState
 
 MARKER = "jobs-store.json"
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
 
 
@@ -61,7 +61,7 @@ class RunView:
 
     id: str
     spec: dict
-    state: str = "QUEUED"
+    state: str = RunState.QUEUED
     reason: str | None = None
     inputs: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
@@ -166,7 +166,7 @@ class Store:
     def create_run(self, spec: dict) -> str:
         run_id = uuid7()
         write_record(self._path("run", run_id), {"id": run_id, "created": time.time(), **spec})
-        self.add_event(run_id, "status", state="QUEUED")
+        self.add_event(run_id, "status", state=RunState.QUEUED)
         return run_id
 
     def add_event(self, run_id: str, kind: str, **data: Any) -> None:

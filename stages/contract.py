@@ -111,10 +111,9 @@ class StageContext:
     def config_digest(self) -> str:
         """sha256 of the recorded config's canonical JSON: a checkpoint written under another config
         has another digest."""
-        from lineage.hashing import hash_bytes
-        from lineage.records import canonical_json
+        from lineage.hashing import hash_json
 
-        return str(hash_bytes(canonical_json(self.config_to_keep)))
+        return str(hash_json(self.config_to_keep))
 
     def identity(self) -> dict[str, Any]:
         """What every checkpoint of this run carries, and what resume checks it against."""
