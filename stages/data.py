@@ -4,7 +4,9 @@ Outputs (each a folder, each registered as an artifact):
     corpus/train.txt      pretraining text: counting runs and one-digit sums. It teaches digits and
                           the "a+b=c" shape, never a two-digit sum, so SFT has something to add.
     sft/train.jsonl       {"prompt": "23+45=", "answer": "68"}
-    prefs/train.jsonl     {"prompt", "chosen", "rejected"}: the right sum vs a plausible wrong one
+    prefs/train.jsonl     {"prompt", "chosen", "rejected", "kind"}, alternating kinds: "sum" (the right
+                          sum vs a plausible wrong one) and "style" (the right sum written " 68", the
+                          house style, vs the bare "68" SFT learned): a preference SFT does not hold
     rl/train.jsonl        {"prompt", "answer"}: prompts a verifier can score
     rl/validation.jsonl   the first n_rl_val held-out pairs: the rl stage's periodic validation
     eval/test.jsonl       held-out {"prompt", "answer"}; no training split contains these pairs
@@ -81,7 +83,7 @@ def run(ctx) -> dict[str, Path]:
     out = {
         "corpus": _write_lines(ctx.output_dir("corpus") / "train.txt", _corpus(rng, top, cfg["n_corpus_lines"])),
         "sft": _write_jsonl(ctx.output_dir("sft") / "train.jsonl", [_example(*rng.choice(train)) for _ in range(cfg["n_sft"])]),
-        "prefs": _write_jsonl(ctx.output_dir("prefs") / "train.jsonl", [_preference(rng, *rng.choice(train)) for _ in range(cfg["n_prefs"])]),
+        "prefs": _write_jsonl(ctx.output_dir("prefs") / "train.jsonl", [_preference(rng, i % 2 == 1, *rng.choice(train)) for i in range(cfg["n_prefs"])]),
         "rl": _write_jsonl(ctx.output_dir("rl") / "train.jsonl", [_example(*rng.choice(train)) for _ in range(cfg["n_rl"])]),
         "eval": _write_jsonl(ctx.output_dir("eval") / "test.jsonl", [_example(a, b) for a, b in held_out]),
     }
@@ -96,14 +98,22 @@ def _example(a: int, b: int) -> dict:
     return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
 
 
-def _preference(rng: random.Random, a: int, b: int) -> dict:
-    """A wrong answer a model could plausibly give: off by one, a dropped carry, or swapped digits."""
+def _preference(rng: random.Random, style: bool, a: int, b: int) -> dict:
+    """A "sum" pair: the right sum vs a wrong one a model could plausibly give (off by one, a dropped
+    carry, swapped digits), which the SFT model's likelihood already ranks. A "style" pair: the right
+    sum in the house style, a space after "=" (" 68"), vs the bare "68" SFT was trained on: only the
+    preferences say it, and SFT's likelihood ranks it the wrong way, so a reward model must learn it.
+    Both kinds draw the same random numbers, so the splits drawn after this one do not change.
+    (RL's reward-model reward strips responses: it ranks rollouts by the "sum" preference.)"""
     right = a + b
     candidates = {right + 1, right - 1, right + 10, right - 10, int(str(right)[::-1])}
     if (a % 10) + (b % 10) >= 10:
         candidates.add(right - 10)  # forgot the carry
     wrong = sorted(c for c in candidates if c != right and c >= 0)
-    return {"prompt": f"{a}+{b}=", "chosen": str(right), "rejected": str(rng.choice(wrong))}
+    rejected = str(rng.choice(wrong))
+    if style:
+        return {"prompt": f"{a}+{b}=", "chosen": f" {right}", "rejected": str(right), "kind": "style"}
+    return {"prompt": f"{a}+{b}=", "chosen": str(right), "rejected": rejected, "kind": "sum"}
 
 
 def _corpus(rng: random.Random, top: int, n_lines: int) -> list[str]:

@@ -12,13 +12,20 @@ Backend: `rm.backend: torch` trains here on CPU; `nemo_rl` (nano3) runs NeMo RL'
 
 The head reads the last layer's hidden state at the final <eos>. With `rm.loglik: true` the
 response log-likelihood under the (trained) LM is added with a learned weight alpha (starting at 1,
-the head at 0): training starts from what the SFT model already knows and Bradley-Terry adjusts
-all of it. The last `rm.held_out` share of pairs is never trained on; preference accuracy is
-reported on it, for the trained reward and, as references, for the SFT model's log-likelihood
-alone (the untrained starting point) and the trained head alone.
+the head fitted on the frozen SFT features next to it): training starts from what the SFT model
+already knows and Bradley-Terry adjusts all of it. The last `rm.held_out` share of pairs is never trained on. On it the stage reports the
+trained reward's preference accuracy (rm/held_out_accuracy) and two baselines it has to beat, so
+that a reward model which only restates the SFT model shows (metrics.jsonl: the baselines at step
+0, all three side by side at the last step; held_out.jsonl: the margins pair by pair):
+    rm/sft_loglik_accuracy   the SFT model's log-likelihood alone (sum over the response and <eos>;
+                             rm/sft_mean_loglik_accuracy: the per-token mean): no RM training at all
+    rm/frozen_head_accuracy  the head alone: the same head fitted with the same loss on the frozen
+                             SFT model's features (no LM update, no likelihood term; `fit_head`)
+Rows with a "kind" (tiny's "sum" and "style" pairs) also get each accuracy per kind.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from stages import batches, formats, lm, tracking
@@ -42,13 +49,17 @@ def reward_model_class():
             self.alpha = torch.nn.Parameter(torch.ones(()), requires_grad=loglik)
             self.loglik = loglik
 
-        def parts(self, ids, attention_mask, response_mask):
-            """(head term, response log-likelihood), each (batch,)."""
+        def features(self, ids, attention_mask, response_mask):
+            """(last hidden state at <eos>, response log-likelihood): (batch, hidden), (batch,)."""
             out = self.lm(input_ids=ids, attention_mask=attention_mask, output_hidden_states=True)
             logp = F.log_softmax(out.logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
             loglik = (logp * response_mask[:, 1:]).sum(-1)
             last = attention_mask.sum(-1) - 1
-            h = out.hidden_states[-1][torch.arange(ids.size(0)), last]
+            return out.hidden_states[-1][torch.arange(ids.size(0)), last], loglik
+
+        def parts(self, ids, attention_mask, response_mask):
+            """(head term, response log-likelihood), each (batch,)."""
+            h, loglik = self.features(ids, attention_mask, response_mask)
             return self.head(h).squeeze(-1), loglik
 
         def forward(self, ids, attention_mask, response_mask):
@@ -87,17 +98,62 @@ def load_reward_model(path: Path):
     return model.eval()
 
 
-def held_out_accuracy(model, tokenizer, pairs: list[dict]) -> dict[str, float]:
-    """Share of pairs where chosen outscores rejected: the reward, its head alone, its log-likelihood alone."""
+def _measure(model, tokenizer, pairs: list[dict], batch: int = 256) -> dict:
+    """For chosen and for rejected (keys "c", "r"): hidden features, head term, log-likelihood and
+    response length in tokens (<eos> included), batch by batch, without gradients."""
     import torch
 
-    prompts = [p["prompt"] for p in pairs]
+    out: dict = {}
     with torch.no_grad():
-        hc, lc = model.parts(*_batch(tokenizer, *encode(tokenizer, prompts, [p["chosen"] for p in pairs])))
-        hr, lr = model.parts(*_batch(tokenizer, *encode(tokenizer, prompts, [p["rejected"] for p in pairs])))
-    full = (hc + model.alpha * lc, hr + model.alpha * lr) if model.loglik else (hc, hr)
-    acc = lambda c, r: (c > r).float().mean().item()  # noqa: E731
-    return {"accuracy": acc(*full), "head_only_accuracy": acc(hc, hr), "loglik_only_accuracy": acc(lc, lr)}
+        for side, key in (("c", "chosen"), ("r", "rejected")):
+            parts = []
+            for i in range(0, len(pairs), batch):
+                chunk = pairs[i:i + batch]
+                ids, attn, resp = _batch(tokenizer, *encode(tokenizer, [p["prompt"] for p in chunk], [p[key] for p in chunk]))
+                h, loglik = model.features(ids, attn, resp)
+                parts.append((h, model.head(h).squeeze(-1), loglik, resp[:, 1:].sum(-1).float()))
+            out[side] = [torch.cat(x) for x in zip(*parts)]
+    return out
+
+
+def held_out_margins(model, tokenizer, pairs: list[dict]) -> dict:
+    """Per pair, score(chosen) - score(rejected) for: the reward, its head term alone, its
+    log-likelihood alone (sum) and that log-likelihood per token; (n,) tensors."""
+    m = _measure(model, tokenizer, pairs)
+    (_, headc, lc, nc), (_, headr, lr, nr) = m["c"], m["r"]
+    reward = (headc + model.alpha * lc) - (headr + model.alpha * lr) if model.loglik else headc - headr
+    return {"reward": reward, "head": headc - headr, "loglik": lc - lr, "mean_loglik": lc / nc - lr / nr}
+
+
+FIT_STEPS, FIT_LR = 300, 0.05   # full-batch Adam over all training pairs (one linear map)
+
+
+def fit_head(features_c, features_r, offset=None):
+    """Head weights fitted by Bradley-Terry on frozen features (bias 0: it cancels in a difference);
+    `offset`, per pair, is a fixed part of the margin (the likelihood term)."""
+    import torch
+
+    diff = features_c - features_r
+    w = torch.zeros(diff.size(1), requires_grad=True)
+    opt = torch.optim.Adam([w], lr=FIT_LR)
+    for _ in range(FIT_STEPS):
+        opt.zero_grad()
+        loss, _ = bradley_terry_loss(diff @ w + (0 if offset is None else offset), torch.zeros(()))
+        loss.backward()
+        opt.step()
+    return w.detach()
+
+
+def _accuracies(margins: dict, pairs: list[dict]) -> dict[str, float]:
+    """rm/<name>: the share of positive margins; rm/<kind>/<name> for each kind the rows name."""
+    kinds = sorted({p["kind"] for p in pairs if isinstance(p.get("kind"), str)})
+    out = {}
+    for name, m in margins.items():
+        out[f"rm/{name}"] = (m > 0).float().mean().item()
+        for kind in kinds:
+            picked = [i for i, p in enumerate(pairs) if p.get("kind") == kind]
+            out[f"rm/{kind}/{name}"] = (m[picked] > 0).float().mean().item()
+    return out
 
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
@@ -167,19 +223,31 @@ def run(ctx) -> dict[str, Path]:
         loss, acc = bradley_terry_loss(scores[:len(picked)], scores[len(picked):])
         return loss, {"train_accuracy": acc.item()}
 
-    # Train, then measure on the held-out pairs.
+    # Baselines on the SFT model as it comes; train; measure the reward on the same held-out pairs.
     with tracking.session(ctx):
         model.eval()
-        before = held_out_accuracy(model, tokenizer, test_pairs)
-        ctx.log({"rm/held_out_pairs": len(test_pairs), "rm/sft_loglik_accuracy": before["loglik_only_accuracy"]}, step=0)
+        before = held_out_margins(model, tokenizer, test_pairs)
+        fit, test = _measure(model, tokenizer, train_pairs), _measure(model, tokenizer, test_pairs)
+        alone = fit_head(fit["c"][0], fit["r"][0])
+        baselines = {"sft_loglik_accuracy": before["loglik"], "sft_mean_loglik_accuracy": before["mean_loglik"],
+                     "frozen_head_accuracy": (test["c"][0] - test["r"][0]) @ alone}
+        # The head starts fitted to the frozen SFT features next to the likelihood: from a zero head,
+        # lr 1e-4 bent the LM to do the head's work ("sum" pairs fell from 0.97 to 0.70 held-out).
+        model.head.weight.data.copy_(fit_head(fit["c"][0], fit["r"][0], fit["c"][2] - fit["r"][2]) if model.loglik
+                                     else alone)
+        ctx.log({"rm/held_out_pairs": len(test_pairs), "rm/train_pairs": len(train_pairs),
+                 **_accuracies(baselines, test_pairs)}, step=0)
         model = train(ctx, model, schedule, loss_fn, "rm")
-        after = held_out_accuracy(model, tokenizer, test_pairs)
-        ctx.log({"rm/held_out_accuracy": after["accuracy"], "rm/held_out_head_only_accuracy": after["head_only_accuracy"],
-                 "rm/alpha": model.alpha.item()}, step=schedule.steps)
+        after = held_out_margins(model, tokenizer, test_pairs)
+        margins = {"held_out_accuracy": after["reward"], **baselines, "held_out_head_only_accuracy": after["head"]}
+        ctx.log({**_accuracies(margins, test_pairs), "rm/alpha": model.alpha.item()}, step=schedule.steps)
 
-    # Output (rank 0): the LM folder + the head.
+    # Output (rank 0): the LM folder + the head; the held-out margins pair by pair next to the metrics.
     if not ctx.dist.is_main:
         return {}
+    (ctx.run_dir / "held_out.jsonl").write_text("".join(json.dumps(
+        {**p, **{k.removesuffix("_accuracy"): round(v[i].item(), 4) for k, v in margins.items()}}, sort_keys=True) + "\n"
+        for i, p in enumerate(test_pairs)))
     out = lm.save_model(model.lm, tokenizer, ctx.output_dir("reward_model"))
     save_file({"head.weight": model.head.weight.detach().contiguous(), "head.bias": model.head.bias.detach().contiguous(),
                "alpha": model.alpha.detach().reshape(()), "loglik": torch.tensor(int(model.loglik))},

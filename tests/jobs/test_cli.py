@@ -36,7 +36,10 @@ def test_data_stage_end_to_end(data_store):
     for line in (Path(store.artifact(view.outputs["prefs"])["path"]) / "train.jsonl").read_text().splitlines()[:200]:
         row = json.loads(line)
         a, b = map(int, row["prompt"][:-1].split("+"))
-        assert row["chosen"] == str(a + b) != row["rejected"]
+        if row["kind"] == "style":   # the right sum in the house style vs the bare one SFT learned
+            assert row["chosen"] == f" {a + b}" and row["rejected"] == str(a + b)
+        else:
+            assert row["kind"] == "sum" and row["chosen"] == str(a + b) != row["rejected"]
 
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(store.artifact(view.outputs["tokenizer"])["path"])

@@ -1,0 +1,93 @@
+"""The reward model learns a preference the SFT model does not hold, and keeps the one it does.
+
+tiny's preference pairs alternate two kinds (stages/data.py): "sum", the right sum vs a plausible
+wrong one, which the SFT model's likelihood already ranks; and "style", the right sum in the house
+style " 68" vs the bare "68" SFT was trained on, which only the preferences say and which SFT's
+likelihood ranks the wrong way. So neither the SFT likelihood (no RM training) nor a head on the
+frozen SFT features (it cannot relearn addition) can rank both kinds; the trained reward model can.
+
+The slow tests read the rm run of the tiny pipeline (the session fixture of conftest.py: the recipe's
+own budgets, seed 1234). Noise is measured in the test: a paired bootstrap over the held-out pairs.
+"""
+import json
+import random
+
+import pytest
+
+from conftest import artifact_path, latest
+from jobs import recipes
+
+#: Asserted gaps between the trained reward and each baseline (accuracy on the 400 held-out pairs).
+#: Measured on seed 1234 (recipes/tiny/README.md): reward 0.990, SFT likelihood 0.485 (gap 0.505,
+#: bootstrap sd 0.025), head alone on frozen features 0.795 (gap 0.195, bootstrap sd 0.021); over
+#: seeds 1234, 7, 42 the gaps were 0.505/0.480/0.453 and 0.195/0.213/0.215.
+LOGLIK_GAP, FROZEN_HEAD_GAP = 0.3, 0.1
+
+
+def _bootstrap_low(rows: list[dict], better: str, worse: str, n: int = 2000, q: float = 0.005) -> float:
+    """The q-quantile of accuracy(better) - accuracy(worse) over pairs resampled with replacement."""
+    wins = [(r[better] > 0) - (r[worse] > 0) for r in rows]
+    rng = random.Random(0)
+    diffs = sorted(sum(rng.choices(wins, k=len(wins))) / len(wins) for _ in range(n))
+    return diffs[int(q * n)]
+
+
+@pytest.mark.slow
+def test_reward_model_beats_the_sft_likelihood_and_the_head_alone(pipeline):
+    rm = latest(pipeline, "rm")
+    check_beats_baselines(rm.metrics, (pipeline.run_dir(rm.id) / "held_out.jsonl").read_text())
+
+
+def check_beats_baselines(m: dict, held_out_jsonl: str) -> None:
+    """The assertions, on the rm stage's summary metrics and its held_out.jsonl."""
+    rows = [json.loads(line) for line in held_out_jsonl.splitlines()]
+    assert m["rm/held_out_pairs"] == len(rows) == 400 and {r["kind"] for r in rows} == {"sum", "style"}
+    rm, loglik, mean_loglik, frozen = (m[f"rm/{k}"] for k in (
+        "held_out_accuracy", "sft_loglik_accuracy", "sft_mean_loglik_accuracy", "frozen_head_accuracy"))
+    print(json.dumps({k: round(v, 4) for k, v in m.items() if k.startswith("rm/") and "accuracy" in k}, indent=1))
+    # Each baseline fails one kind: the likelihood prefers the bare answer SFT learned, the frozen
+    # head cannot tell right sums from near misses. The reward gets both.
+    assert m["rm/style/sft_loglik_accuracy"] < 0.1 and m["rm/style/sft_mean_loglik_accuracy"] < 0.1
+    assert m["rm/sum/frozen_head_accuracy"] < 0.75
+    assert m["rm/style/held_out_accuracy"] > 0.9            # measured 1.000, 0.995, 0.965 (seeds 1234, 7, 42)
+    # Kept most of what SFT knew (the 200 "sum" pairs: +0.010, -0.035, -0.060 on seeds 1234, 7, 42).
+    assert m["rm/sum/held_out_accuracy"] >= m["rm/sum/sft_loglik_accuracy"] - 0.1
+    assert rm > max(loglik, mean_loglik) + LOGLIK_GAP and rm > frozen + FROZEN_HEAD_GAP, m
+    # Larger than sampling noise: the paired bootstrap's 0.5% quantile of each gap is still positive.
+    for baseline in ("sft_loglik", "sft_mean_loglik", "frozen_head"):
+        assert _bootstrap_low(rows, "held_out", baseline) > 0, baseline
+
+
+@pytest.mark.slow
+def test_saved_reward_model_prefers_right_sums_in_the_house_style(pipeline):
+    """The artifact a later stage loads: house style > bare right sum > near miss, prompt by prompt."""
+    check_artifact(artifact_path(pipeline, latest(pipeline, "rm").outputs["reward_model"]))
+
+
+def check_artifact(folder) -> None:
+    import torch
+
+    from stages.lm import load_tokenizer
+    from stages.rm import encode, load_reward_model, score
+
+    model, tok = load_reward_model(folder), load_tokenizer(folder)
+    prompts = ["12+30=", "45+21=", "33+33=", "50+40=", "18+71=", "26+52=", "9+80=", "64+27="]
+    right = [str(eval(p[:-1])) for p in prompts]
+    with torch.no_grad():
+        styled, bare, wrong = (score(model, tok, *encode(tok, prompts, answers)) for answers in (
+            [" " + r for r in right], right, [str(int(r) + 10) for r in right]))
+    # Measured on seeds 1234, 7, 42: styled > bare 8, 8, 7 of 8; bare > wrong 8, 6, 8 of 8.
+    assert (styled > bare).sum() >= 7 and (bare > wrong).sum() >= 6
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rm.held_out=1.5", "rm.held_out"), ("rm.held_out=0", "rm.held_out"), ("rm.steps=0", "rm.steps"),
+    ("rm.lr=-1e-4", "rm.lr"), ("rm.batch_size=abc", "rm.batch_size"), ("+rm.backend=jax", "rm.backend"),
+])
+def test_check_config_refuses_bad_values(override, message):
+    from stages import rm
+
+    config = recipes.compose(recipes.load("tiny"), "rm", [override])
+    problems = rm.check_config(config)
+    assert len(problems) == 1 and message in problems[0], problems
+    assert rm.check_config(recipes.compose(recipes.load("tiny"), "rm", [])) == []
