@@ -16,8 +16,9 @@ small JSON files) into a temporary folder (under /tmp, or under --dir), then tim
                                repo that has added one small file before (MD5, then the default
                                cache copy); also with cache.type=hardlink (MD5, then a hard link)
 
-Every tool gets its own folder of hard links to the same files (register makes its folder read-only
-in place; dvc moves its files into its cache), so all read the same inodes. Page cache: "warm" reads
+dvc gets a folder of hard links to the same files (it moves its files into its cache); ours gets a
+real copy, because registering makes a folder read-only in place and the store refuses a hard link to
+a file outside the artifact (making it read-only would change that file too). Page cache: "warm" reads
 every file once before each measurement, so every tool reads from memory; "cold" runs `sync` and
 `echo 3 > /proc/sys/vm/drop_caches` before each measurement (needs root; skipped otherwise). Each
 measurement is repeated --repeats times (the slow dvc add and sha256sum --slow-repeats times), tools
@@ -173,7 +174,7 @@ class Round:
     def setup_ours(self, i: int) -> None:
         """A store that exists and has registered something before, as a user's store has."""
         folder = self.work / f"ours-{i}"
-        self.ckpt = hardlink_copy(self.src, folder / "ckpt")
+        self.ckpt = Path(shutil.copytree(self.src, folder / "ckpt"))   # not timed
         self.store = Store.open(folder / "store", create=True)
         (folder / "warmup").mkdir()
         (folder / "warmup" / "config.json").write_text("{}")
