@@ -59,7 +59,7 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
     except (OSError, LineageError):
         _remove(dest.parent)
         raise
-    return art, max(refs.versions(store.refs, name))
+    return art, refs.latest(store.refs, name)
 
 
 def _remove(folder: Path) -> None:
