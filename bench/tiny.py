@@ -77,6 +77,10 @@ def main() -> None:
         print(f"| {v.spec['stage']} {v.id[-8:]} | {algo} | {secs:.0f} |" if secs is not None else f"| {v.spec['stage']} | {algo} | - |")
     for what, secs in walls.items():
         print(f"| `jobs {what}` (wall, CLI included) | | {secs:.0f} |")
+    exports = [v for v in rows if v.spec["stage"] == "export"]
+    if rows and exports:   # the chain of `--stage all`: its first record to its export's end
+        end = [e["time"] for e in store.events(exports[0].id) if e.get("state") == "SUCCEEDED"][-1]
+        print(f"| whole chain, data recorded -> export SUCCEEDED | | {end - rows[0].spec['created']:.0f} |")
 
     print("\n| model | greedy exact match | pass@1 | pass@4 | pass@8 |\n|---|---|---|---|---|")
     for v in rows:
