@@ -187,18 +187,16 @@ class PolicyTrainer:
         """`save_weights` for the rollout workers' refit, which read only model.safetensors: after the
         first, whole folder, a refit rewrites just that file (atomically; tied lm_head left out, as
         `save_pretrained` does)."""
-        import os
+        from safetensors.torch import save
 
-        from safetensors.torch import save_file
+        from lineage.records import atomic_write
 
-        path = Path(folder) / "model.safetensors"
         if not (Path(folder) / "config.json").is_file():
             return self.save_weights(folder)
         tied = self.policy.config.tie_word_embeddings
         state = {k: v.detach().contiguous() for k, v in self.policy.state_dict().items()
                  if not (tied and k == "lm_head.weight")}
-        save_file(state, str(path.with_suffix(".tmp")), metadata={"format": "pt"})
-        os.replace(path.with_suffix(".tmp"), path)
+        atomic_write(Path(folder) / "model.safetensors", save(state, metadata={"format": "pt"}), mode=0o644)
         return folder
 
     def save_checkpoint(self, path: str, step: int, identity: dict, config: dict) -> None:
