@@ -3,9 +3,10 @@
 Outputs (each a folder, each registered as an artifact):
     corpus/train.txt      pretraining text: counting runs and one-digit sums. It teaches digits and
                           the "a+b=c" shape, never a two-digit sum, so SFT has something to add.
-    sft/train.jsonl       {"prompt": "23+45=", "answer": "68"}
+    sft/train.jsonl       {"prompt": "23+45=", "answer": "68"}; where the ones digits carry, 60% (data.sft_carry_slips)
+                          written without the carry ("27+45=" -> "62"): an annotator's slip RL can undo
     prefs/train.jsonl     {"prompt", "chosen", "rejected", "kind"}, alternating kinds: "sum" (the right
-                          sum vs a plausible wrong one) and "style" (the right sum written " 68", the
+                          sum vs the carry dropped or added) and "style" (the right sum written " 68", the
                           house style, vs the bare "68" SFT learned): a preference SFT does not hold
     rl/train.jsonl        {"prompt", "answer"}: prompts a verifier can score
     rl/validation.jsonl   the first n_rl_val held-out pairs: the rl stage's periodic validation
@@ -20,7 +21,7 @@ import json
 import random
 from pathlib import Path
 
-from stages.schema import Int, Map, Str, check
+from stages.schema import Float, Int, Map, Str, check
 
 ALPHABET = "0123456789+= \n"
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
@@ -36,6 +37,7 @@ SCHEMA = Map({
     "n_prefs": Int(1, ROWS),
     "n_rl": Int(1, ROWS),
     "n_rl_val": Int(1, ROWS),
+    "sft_carry_slips": Float(0, 1, required=False),   # absent: 0, every SFT answer right
     "note": Str(required=False),        # free text kept in the run record (`+data.note='why'`), unused
 })
 # Memory, an upper estimate (measured peak RSS: n_sft=1e6 479 MB, est. 544; max_operand=999 183 MB, est. 256):
@@ -74,6 +76,7 @@ def run(ctx) -> dict[str, Path]:
     if problems:
         raise ValueError("data: " + "; ".join(problems))
     rng = random.Random(cfg["seed"])
+    slips = random.Random(f"{cfg['seed']}/sft-slips")  # its own stream: the other splits do not depend on it
     top = cfg["max_operand"]
 
     pairs = [(a, b) for a in range(top + 1) for b in range(top + 1)]
@@ -82,8 +85,9 @@ def run(ctx) -> dict[str, Path]:
 
     out = {
         "corpus": _write_lines(ctx.output_dir("corpus") / "train.txt", _corpus(rng, top, cfg["n_corpus_lines"])),
-        "sft": _write_jsonl(ctx.output_dir("sft") / "train.jsonl", [_example(*rng.choice(train)) for _ in range(cfg["n_sft"])]),
-        "prefs": _write_jsonl(ctx.output_dir("prefs") / "train.jsonl", [_preference(rng, i % 2 == 1, *rng.choice(train)) for i in range(cfg["n_prefs"])]),
+        "sft": _write_jsonl(ctx.output_dir("sft") / "train.jsonl",
+                            [_demonstration(slips, cfg.get("sft_carry_slips", 0.0), *rng.choice(train)) for _ in range(cfg["n_sft"])]),
+        "prefs": _write_jsonl(ctx.output_dir("prefs") / "train.jsonl", [_preference(i % 2 == 1, *rng.choice(train)) for i in range(cfg["n_prefs"])]),
         "rl": _write_jsonl(ctx.output_dir("rl") / "train.jsonl", [_example(*rng.choice(train)) for _ in range(cfg["n_rl"])]),
         "eval": _write_jsonl(ctx.output_dir("eval") / "test.jsonl", [_example(a, b) for a, b in held_out]),
     }
@@ -98,22 +102,30 @@ def _example(a: int, b: int) -> dict:
     return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
 
 
-def _preference(rng: random.Random, style: bool, a: int, b: int) -> dict:
-    """A "sum" pair: the right sum vs a wrong one a model could plausibly give (off by one, a dropped
-    carry, swapped digits), which the SFT model's likelihood already ranks. A "style" pair: the right
-    sum in the house style, a space after "=" (" 68"), vs the bare "68" SFT was trained on: only the
-    preferences say it, and SFT's likelihood ranks it the wrong way, so a reward model must learn it.
-    Both kinds draw the same random numbers, so the splits drawn after this one do not change.
-    (RL's reward-model reward strips responses: it ranks rollouts by the "sum" preference.)"""
+def _demonstration(slips: random.Random, rate: float, a: int, b: int) -> dict:
+    """An SFT example written by a careless annotator: where the ones digits carry, the carry is
+    dropped with probability `rate` ("27+45=" -> "62"). Above 0.5 the SFT model's most likely answer
+    to a carrying sum is wrong while the right one is still sampled: reward RL can reach."""
+    example = _example(a, b)
+    if (a % 10) + (b % 10) >= 10 and slips.random() < rate:
+        example["answer"] = str(a + b - 10)
+    return example
+
+
+def _preference(style: bool, a: int, b: int) -> dict:
+    """A "sum" pair: the right sum vs a wrong tens digit. Where the ones digits carry, the wrong one
+    drops the carry, the slip the SFT data teach, which SFT's likelihood ranks the wrong way;
+    elsewhere it adds a carry that is not there. Both ways, or a reward model learns "a larger tens
+    digit is better" (seen: GRPO on such a reward then added carries everywhere).
+    A "style" pair: the right sum in the house style, a space after "=" (" 68"), vs the bare "68"
+    SFT was trained on: only the preferences say it, and SFT's likelihood ranks it the wrong way, so
+    a reward model must learn it. (RL's reward-model reward strips responses: it ranks rollouts by
+    the "sum" preference.)"""
     right = a + b
-    candidates = {right + 1, right - 1, right + 10, right - 10, int(str(right)[::-1])}
-    if (a % 10) + (b % 10) >= 10:
-        candidates.add(right - 10)  # forgot the carry
-    wrong = sorted(c for c in candidates if c != right and c >= 0)
-    rejected = str(rng.choice(wrong))
     if style:
         return {"prompt": f"{a}+{b}=", "chosen": f" {right}", "rejected": str(right), "kind": "style"}
-    return {"prompt": f"{a}+{b}=", "chosen": str(right), "rejected": rejected, "kind": "sum"}
+    wrong = right - 10 if (a % 10) + (b % 10) >= 10 else right + 10
+    return {"prompt": f"{a}+{b}=", "chosen": str(right), "rejected": str(wrong), "kind": "sum"}
 
 
 def _corpus(rng: random.Random, top: int, n_lines: int) -> list[str]:

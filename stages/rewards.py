@@ -4,7 +4,12 @@ reference), used by eval's `verifier: math`.
 
 Both score (prompt, response text, reference answer) triples; the verifier reads the answer, the
 reward model ignores it. Verifier rewards are 1.0 / 0.0; reward-model rewards are its raw scores
-(GRPO normalises within each group, so their scale does not matter).
+(GRPO normalises within each group, so their scale does not matter), except that a response which
+is not an answer (not a bare number, or cut off at max_new_tokens before <eos>) scores below every
+answer of its batch: a reward model rates text unlike anything it was trained on arbitrarily, and
+GRPO finds such text. Seen on the tiny task without this floor: "7 079" scored ~87 against ~-8 for
+answers and the policy wrote nothing else within 40 steps; with bare numbers only, it learned
+five-digit run-ons ("15425" for 154) the same way.
 """
 from __future__ import annotations
 
@@ -120,7 +125,9 @@ class RewardWorker:
             self.model = load_reward_model(Path(reward_model_dir))
             self.tokenizer = lm.load_tokenizer(Path(reward_model_dir))
 
-    def score(self, prompts: list[str], responses: list[str], answers: list[str]) -> list[float]:
+    def score(self, prompts: list[str], responses: list[str], answers: list[str],
+              finished: list[bool] | None = None) -> list[float]:
+        """`finished[i]`: response i ended with <eos> (not cut off); None: all did."""
         if self.kind == "verifier":
             return [verify(r, a) for r, a in zip(responses, answers)]
         import torch
@@ -128,4 +135,13 @@ class RewardWorker:
         from stages.rm import encode, score
 
         with torch.no_grad():
-            return score(self.model, self.tokenizer, *encode(self.tokenizer, prompts, [r.strip() for r in responses])).tolist()
+            raw = score(self.model, self.tokenizer, *encode(self.tokenizer, prompts, [r.strip() for r in responses])).tolist()
+        finished = finished or [True] * len(responses)
+        return below_non_answers(raw, [r.strip().isdigit() and f for r, f in zip(responses, finished)])
+
+
+def below_non_answers(scores: list[float], is_answer: list[bool]) -> list[float]:
+    """The scores of answers as they are; every non-answer one below the lowest answer's (all equal)."""
+    answers = [s for s, ok in zip(scores, is_answer) if ok]
+    floor = min(answers) - 1.0 if answers else 0.0
+    return [s if ok else floor for s, ok in zip(scores, is_answer)]

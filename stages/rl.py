@@ -192,7 +192,8 @@ def run(ctx) -> dict[str, Path]:
                     idx = [i for i in picked for _ in range(n)]
                     scores = actors.score([rows[i]["prompt"] for i in idx],
                                           tokenizer.batch_decode(flat, skip_special_tokens=True),
-                                          [rows[i]["answer"] for i in idx])
+                                          [rows[i]["answer"] for i in idx],
+                                          [bool(r) and r[-1] == tokenizer.eos_token_id for r in flat])
                     stats.update(generate_s=t_gen - t0, reward_s=time.perf_counter() - t_gen,
                                  generated_tokens=sum(len(r) for r in flat), reward_mean=sum(scores) / len(scores))
                     if algo == "grpo":
@@ -265,12 +266,12 @@ class Actors:
                    for k, (w, part) in enumerate(zip(self.workers, shards(prompts, len(self.workers)))) if part]
         return [group for out in ray.get(futures) for group in out]
 
-    def score(self, prompts: list[str], texts: list[str], answers: list[str]) -> list[float]:
+    def score(self, prompts: list[str], texts: list[str], answers: list[str], finished: list[bool]) -> list[float]:
         import ray
 
         k = len(self.scorers)
-        futures = [s.score.remote(p, t, a) for s, p, t, a in
-                   zip(self.scorers, shards(prompts, k), shards(texts, k), shards(answers, k)) if p]
+        futures = [s.score.remote(p, t, a, f) for s, p, t, a, f in
+                   zip(self.scorers, shards(prompts, k), shards(texts, k), shards(answers, k), shards(finished, k)) if p]
         return [x for out in ray.get(futures) for x in out]
 
     def call(self, method: str, *args):

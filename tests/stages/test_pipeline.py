@@ -1,8 +1,8 @@
 """The tiny pipeline learns, measured on fixed seeds: numbers that would fall if a stage broke.
 
 All tests read one run of `jobs submit tiny --stage all` (the `pipeline` fixture, conftest.py).
-Measured on seed 1234 (recipes/tiny/README.md): pretrained exact match 0.006-0.02, SFT 0.96,
-pass@1/4/8 0.90/0.98/0.98, reward model 0.985 held-out. The thresholds leave a wide margin.
+Measured numbers are in recipes/tiny/README.md (bench/tiny.py on this fixture's store, and
+bench/rl_seeds.py on seeds 1234, 7, 42); the thresholds here leave a wide margin under them.
 """
 import json
 import subprocess
@@ -21,22 +21,42 @@ def results(store, eval_view) -> dict:
     return json.loads((artifact_path(store, eval_view.outputs["report"]) / "results.json").read_text())
 
 
-def test_sft_is_far_above_the_pretrained_model(pipeline):
+def test_sft_is_far_above_the_pretrained_model_and_learned_the_annotators_slip(pipeline):
     sft_model = latest(pipeline, "sft").outputs["model"]
     pre_model = latest(pipeline, "pretrain").outputs["model"]
     sft = results(pipeline, latest(pipeline, "eval", model=sft_model))
     pre = results(pipeline, latest(pipeline, "eval", model=pre_model))
-    assert pre["exact_match"] < 0.1
-    assert sft["exact_match"] > 0.8
-    assert sft["pass@1"] > 0.7 and sft["pass@8"] >= sft["pass@4"] >= sft["pass@1"]
-    assert pre["pass@8"] < 0.3
+    assert pre["exact_match"] < 0.1 and pre["pass@8"] < 0.3
+    assert sft["exact_match"] > 0.35 and sft["pass@8"] >= sft["pass@4"] >= sft["pass@1"]
+    # data.sft_carry_slips: most carrying sums were written without the carry, and the SFT model
+    # answers them so; the sums without a carry it mostly gets right. Room for RL: pass@8 >> pass@1.
+    rows = _samples(pipeline, latest(pipeline, "eval", model=sft_model))
+    carry = [r for r in rows if _carries(r["prompt"])]
+    plain = [r for r in rows if not _carries(r["prompt"])]
+    dropped = sum(r["greedy"].strip() == str(int(r["answer"]) - 10) for r in carry)
+    assert dropped > sum(r["greedy_correct"] for r in carry), "the SFT model did not learn the slip"
+    assert sum(r["greedy_correct"] for r in plain) / len(plain) > 0.6
+    assert sft["pass@8"] > sft["pass@1"] + 0.2
+
+
+def _samples(store, eval_view) -> list[dict]:
+    folder = artifact_path(store, eval_view.outputs["report"])
+    return [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+
+
+def _carries(prompt: str) -> bool:
+    a, b = prompt.rstrip("=").split("+")
+    return int(a) % 10 + int(b) % 10 >= 10
 
 
 def test_reward_model_ranks_held_out_pairs(pipeline):
     rm = latest(pipeline, "rm")
     assert rm.metrics["rm/held_out_pairs"] == 400
     assert rm.metrics["rm/held_out_accuracy"] > 0.9
-    # The saved artifact scores like the trained model: right sums above near misses.
+    # The saved artifact scores like the trained model: right sums above the carry dropped (where
+    # there is one) or added (where there is none), on 40 pairs (measured on seed 1234: 0.90).
+    import random
+
     import torch
 
     from stages.lm import load_tokenizer
@@ -44,12 +64,14 @@ def test_reward_model_ranks_held_out_pairs(pipeline):
 
     folder = artifact_path(pipeline, rm.outputs["reward_model"])
     model, tok = load_reward_model(folder), load_tokenizer(folder)
-    prompts = ["12+30=", "45+21=", "33+33=", "50+40=", "18+71=", "26+52=", "9+80=", "64+27="]
-    right = [str(eval(p[:-1])) for p in prompts]
-    wrong = [str(int(r) + 10) for r in right]
+    rng = random.Random(0)
+    pairs = [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(40)]
+    prompts = [f"{a}+{b}=" for a, b in pairs]
+    right = [str(a + b) for a, b in pairs]
+    wrong = [str(a + b - 10 if a % 10 + b % 10 >= 10 else a + b + 10) for a, b in pairs]
     with torch.no_grad():
         margin = score(model, tok, *encode(tok, prompts, right)) - score(model, tok, *encode(tok, prompts, wrong))
-    assert (margin > 0).sum() >= 7
+    assert (margin > 0).float().mean() >= 0.75
 
 
 def test_eval_report_has_every_sample_and_the_run_summary_its_metrics(pipeline):

@@ -1,8 +1,13 @@
-"""RL on the tiny task, measured on fixed seeds: GRPO (in the pipeline) and DPO raise held-out
-accuracy above the SFT model's; the vLLM backend trains for real and its refits take effect.
+"""RL on the tiny task, measured on fixed seeds: GRPO and on-policy DPO raise held-out greedy
+accuracy and pass@1 well above the SFT model's; GRPO on the reward model's reward stays on answers;
+the vLLM backend trains for real and its refits take effect.
 
-Measured on seed 1234 (recipes/tiny/README.md). The pipeline fixture (conftest.py) runs
-`--stage all`, whose rl stage is GRPO, and evaluates the SFT model too.
+The SFT data carry an annotator's slip (data.sft_carry_slips: 60% of the sums with a carry are
+written without it), so the SFT model answers most carrying sums wrong by greedy decoding yet still
+samples the right answer: reward RL can reach. The pipeline fixture (conftest.py) runs `--stage all`,
+whose rl stage is GRPO, and evaluates the SFT model too. Margins: bench/rl_seeds.py measured GRPO and
+on-policy DPO on seeds 1234, 7 and 42 (recipes/tiny/README.md); each threshold below is under the
+smallest gain measured there and well above the seed-to-seed spread of the gains.
 """
 import json
 
@@ -12,6 +17,9 @@ from conftest import artifact_path, latest
 from helpers import run_jobs
 
 pytestmark = pytest.mark.slow
+
+# (greedy exact match, pass@1) gains over the SFT model a method must beat on seed 1234.
+MARGINS = {"grpo": (0.05, 0.05), "dpo": (0.05, 0.05)}
 
 
 def results(store, model: str) -> dict:
@@ -24,43 +32,62 @@ def metric_lines(store, view, key: str) -> list[float]:
     return [json.loads(line)[key] for line in lines if f'"{key}"' in line]
 
 
-def test_grpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
-    rl = latest(pipeline, "rl")
-    assert rl.spec["config"]["rl"]["algorithm"] == "grpo"
-    sft = results(pipeline, latest(pipeline, "sft").outputs["model"])
-    after = results(pipeline, rl.outputs["model"])
-    # Sampled accuracy (pass@1: 500 prompts x 8 samples at T = 1) rises; greedy stays. Measured on
-    # seed 1234: pass@1 0.9005 -> 0.9083, exact match 0.918 -> 0.918 (README). The SFT model's
-    # greedy answers are wrong mostly on prompts where all its samples are wrong: no group signal.
-    assert after["pass@1"] > sft["pass@1"] + 0.004, (sft, after)
-    assert after["exact_match"] >= sft["exact_match"] - 0.004, (sft, after)
-    # The rollouts' mean reward (at the sampling temperature) rose over the run; validation held.
-    rewards = metric_lines(pipeline, rl, "rl/reward_mean")
-    assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.02
-    val = metric_lines(pipeline, rl, "rl/val_accuracy")
-    assert val[-1] >= val[0] - 0.01
-
-
 def rl_run(store, **config):
-    """The succeeded rl run whose `rl:` config has these values (e.g. algorithm="dpo")."""
+    """The succeeded rl run whose `rl:` config has these values (dotted keys: "reward.kind")."""
+    def value(cfg, key):
+        for part in key.split("."):
+            cfg = cfg[part]
+        return cfg
+
     for row in store.index().runs(stage="rl"):
         view = store.run(row["id"])
-        if view.state == "SUCCEEDED" and all(view.spec["config"]["rl"][k] == v for k, v in config.items()):
+        if view.state == "SUCCEEDED" and all(value(view.spec["config"]["rl"], k) == v for k, v in config.items()):
             return view
     raise AssertionError(f"no succeeded rl run with {config}")
 
 
-def test_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
+def assert_lifts(store, method: str, view) -> None:
+    sft = results(store, latest(store, "sft").outputs["model"])
+    after = results(store, view.outputs["model"])
+    greedy, pass1 = MARGINS[method]
+    assert after["exact_match"] > sft["exact_match"] + greedy, (method, sft, after)
+    assert after["pass@1"] > sft["pass@1"] + pass1, (method, sft, after)
+
+
+def test_grpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
+    rl = rl_run(pipeline, **{"algorithm": "grpo", "reward.kind": "verifier", "generation.backend": "hf"})
+    assert_lifts(pipeline, "grpo", rl)
+    # The rollouts' mean reward rose over the run, and so did greedy validation on held-out prompts.
+    rewards = metric_lines(pipeline, rl, "rl/reward_mean")
+    assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.05
+    val = metric_lines(pipeline, rl, "rl/val_accuracy")
+    assert val[-1] > val[0] + 0.03
+
+
+def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl,eval", "rl.algorithm=dpo",
                  "tracking.wandb=disabled", timeout=1800)
     assert r.code == 0, r.out + r.err
-    dpo = rl_run(pipeline, algorithm="dpo")
-    sft = results(pipeline, latest(pipeline, "sft").outputs["model"])
-    after = results(pipeline, dpo.outputs["model"])
-    # Measured on seed 1234 (rl.algorithm=dpo, on-policy pairs): pass@1 0.9005 -> 0.9073, exact match 0.918 -> 0.918.
-    assert after["pass@1"] > sft["pass@1"] + 0.004, (sft, after)
-    assert after["exact_match"] >= sft["exact_match"] - 0.004, (sft, after)
-    assert sum(metric_lines(pipeline, dpo, "rl/reward_accuracy")[-10:]) / 10 > 0.5
+    view = rl_run(pipeline, **{"algorithm": "dpo", "dpo.pairs": "on_policy"})
+    assert_lifts(pipeline, "dpo", view)
+    # The policy ranks the chosen rollout above the rejected one (implicit reward) by the end.
+    assert sum(metric_lines(pipeline, view, "rl/reward_accuracy")[-10:]) / 10 > 0.5
+
+
+def test_grpo_on_the_reward_model_keeps_answering_with_numbers(pipeline):
+    """A reward model scores text it never saw arbitrarily; without stages/rewards.py's floor for
+    non-answers the policy wrote "7 079" and five-digit run-ons within 40 steps (greedy held-out 0.51
+    -> 0.0). With it, every greedy answer after 40 steps is still a number of at most three digits."""
+    r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl", "rl.reward.kind=reward_model",
+                 "rl.grpo.max_num_steps=40", "tracking.wandb=disabled", timeout=1800)
+    assert r.code == 0, r.out + r.err
+    view = rl_run(pipeline, **{"reward.kind": "reward_model", "grpo.max_num_steps": 40})
+    last = sorted((pipeline.run_dir(view.id) / "validation").glob("step_*.jsonl"))[-1]
+    answers = [json.loads(line)["response"].strip() for line in last.read_text().splitlines()]
+    assert last.name == "step_000040.jsonl" and len(answers) == 200
+    assert all(a.isdigit() and len(a) <= 3 for a in answers), [a for a in answers if not (a.isdigit() and len(a) <= 3)]
+    # It trained on the reward model's raw scores (around -8 here), not on the verifier's 0/1.
+    assert min(metric_lines(pipeline, view, "rl/reward_mean")) < 0
 
 
 def test_grpo_with_the_vllm_backend_trains_and_its_refits_take_effect(pipeline):

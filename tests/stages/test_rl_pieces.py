@@ -9,7 +9,7 @@ from helpers import run_jobs, tree_digest
 from jobs import recipes
 from stages import nemo_rl
 from stages.policy import pack
-from stages.rewards import verify
+from stages.rewards import RewardWorker, below_non_answers, verify
 from stages.rl import _on_policy_pairs, check_config, shards
 
 
@@ -65,6 +65,22 @@ def test_on_policy_pairs_take_best_and_worst_and_skip_ties():
 def test_verifier_is_exact_match_after_strip():
     assert verify(" 68", "68") == 1.0 and verify("68 ", "68") == 1.0
     assert verify("6", "68") == 0.0 and verify("680", "68") == 0.0 and verify("", "68") == 0.0
+
+
+def test_reward_model_rewards_put_every_non_answer_below_every_answer():
+    """What keeps GRPO from farming a reward model on text it never saw (stages/rewards.py)."""
+    assert below_non_answers([3.0, 87.0, -8.0, 5.0], [True, False, True, False]) == [3.0, -9.0, -8.0, -9.0]
+    assert below_non_answers([1.0, 2.0], [False, False]) == [0.0, 0.0]   # no answer: no preference
+
+
+def test_the_reward_model_worker_floors_run_ons_and_non_numbers(pipeline):
+    from conftest import artifact_path, latest
+
+    folder = artifact_path(pipeline, latest(pipeline, "rm").outputs["reward_model"])
+    worker = RewardWorker("reward_model", str(folder), threads=1)
+    prompts = ["27+45="] * 4
+    scores = worker.score(prompts, ["72", "7 072", "72", "62"], ["72"] * 4, [True, True, False, True])
+    assert scores[1] == scores[2] < min(scores[0], scores[3])   # not a number; cut off before <eos>
 
 
 def test_nano3_rl_becomes_a_nemo_rl_config_with_the_allocation_and_inputs(tmp_path):

@@ -1,10 +1,11 @@
 """The reward model learns a preference the SFT model does not hold, and keeps the one it does.
 
-tiny's preference pairs alternate two kinds (stages/data.py): "sum", the right sum vs a plausible
-wrong one, which the SFT model's likelihood already ranks; and "style", the right sum in the house
-style " 68" vs the bare "68" SFT was trained on, which only the preferences say and which SFT's
-likelihood ranks the wrong way. So neither the SFT likelihood (no RM training) nor a head on the
-frozen SFT features (it cannot relearn addition) can rank both kinds; the trained reward model can.
+tiny's preference pairs alternate two kinds (stages/data.py): "sum", the right sum vs the carry
+dropped (where there is one: the slip the SFT data teach, so SFT's likelihood prefers it) or added
+(where there is none); and "style", the right sum in the house style " 68" vs the bare "68" SFT was
+trained on, which only the preferences say and which SFT's likelihood ranks the wrong way. So neither
+the SFT likelihood (no RM training) nor a head on the frozen SFT features (it cannot relearn
+addition) can rank both kinds; the trained reward model can.
 
 The slow tests read the rm run of the tiny pipeline (the session fixture of conftest.py: the recipe's
 own budgets, seed 1234). Noise is measured in the test: a paired bootstrap over the held-out pairs.
@@ -18,9 +19,8 @@ from conftest import artifact_path, latest
 from jobs import recipes
 
 #: Asserted gaps between the trained reward and each baseline (accuracy on the 400 held-out pairs).
-#: Measured on seed 1234 (recipes/tiny/README.md): reward 0.990, SFT likelihood 0.485 (gap 0.505,
-#: bootstrap sd 0.025), head alone on frozen features 0.795 (gap 0.195, bootstrap sd 0.021); over
-#: seeds 1234, 7, 42 the gaps were 0.505/0.480/0.453 and 0.195/0.213/0.215.
+#: Measured per seed by bench/rl_seeds.py (recipes/tiny/README.md has the table): on seed 1234 reward
+#: 0.928, SFT likelihood 0.315, head alone on frozen features 0.793.
 LOGLIK_GAP, FROZEN_HEAD_GAP = 0.3, 0.1
 
 
@@ -74,10 +74,17 @@ def check_artifact(folder) -> None:
     prompts = ["12+30=", "45+21=", "33+33=", "50+40=", "18+71=", "26+52=", "9+80=", "64+27="]
     right = [str(eval(p[:-1])) for p in prompts]
     with torch.no_grad():
-        styled, bare, wrong = (score(model, tok, *encode(tok, prompts, answers)) for answers in (
-            [" " + r for r in right], right, [str(int(r) + 10) for r in right]))
-    # Measured on seeds 1234, 7, 42: styled > bare 8, 8, 7 of 8; bare > wrong 8, 6, 8 of 8.
-    assert (styled > bare).sum() >= 7 and (bare > wrong).sum() >= 6
+        styled, bare = (score(model, tok, *encode(tok, prompts, answers)) for answers in ([" " + r for r in right], right))
+    # Measured on seed 1234: styled > bare 8 of 8 (earlier prefs, seeds 7 and 42: 8 and 7).
+    assert (styled > bare).sum() >= 7
+    # Right over wrong in the tens digit (the "sum" pairs' kind) on 40 pairs: measured 0.90 on seed 1234.
+    rng = random.Random(0)
+    pairs = [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(40)]
+    sums = [f"{a}+{b}=" for a, b in pairs]
+    wrong_tens = [str(a + b - 10 if a % 10 + b % 10 >= 10 else a + b + 10) for a, b in pairs]
+    with torch.no_grad():
+        margin = score(model, tok, *encode(tok, sums, [str(a + b) for a, b in pairs])) - score(model, tok, *encode(tok, sums, wrong_tens))
+    assert (margin > 0).float().mean() >= 0.75
 
 
 @pytest.mark.parametrize("override, message", [
