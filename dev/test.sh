@@ -2,9 +2,27 @@
 # The whole test suite: set up, start the dev Slurm cluster, run every test (slow ones included).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/dev/setup.sh"
-"$root/dev/bridge_venv.sh"   # megatron-core + Megatron-Bridge on CPU (tests/stages/test_bridge_real.py)
-"$root/dev/system_packages.sh"   # chromium + graphviz for the report tests
-"$root/dev/slurm/up.sh"   # the Slurm tests run against this real cluster; none is skipped
+# The set-up steps write different things (.venv, .venv-bridge, dpkg) and mostly wait on unpacking and
+# disk, one core each: run them side by side. The two apt steps stay in one line (one dpkg at a time).
+# Each step's output is kept and printed when it ends, so nothing interleaves.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+step() {  # step NAME COMMAND...: run, then print its output; its exit status
+  local name=$1 rc=0 t0=$SECONDS
+  shift
+  "$@" >"$logs/$name" 2>&1 || rc=$?
+  { echo "== $name: exit $rc after $((SECONDS - t0)) s"; cat "$logs/$name"; } >&2
+  return "$rc"
+}
+step setup "$root/dev/setup.sh" & venv=$!
+step bridge "$root/dev/bridge_venv.sh" & bridge=$!   # megatron-core + Megatron-Bridge on CPU (tests/stages/test_bridge_real.py)
+# chromium + graphviz for the report tests, then the real cluster the Slurm tests run against (none is skipped)
+{ step system_packages "$root/dev/system_packages.sh" && step slurm "$root/dev/slurm/up.sh"; } & system=$!
+failed=0
+for p in "$venv" "$bridge" "$system"; do wait "$p" || failed=1; done
+[ "$failed" = 0 ] || { echo "dev/test.sh: set-up failed (see above)" >&2; exit 1; }
+rm -rf "$logs"
+trap - EXIT
 cd "$root"
-exec "$root/.venv/bin/python" -m pytest -ra "$@"
+# --durations: every run names its slowest tests (where the suite's time goes).
+exec "$root/.venv/bin/python" -m pytest -ra --durations=30 "$@"

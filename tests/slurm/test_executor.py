@@ -127,7 +127,7 @@ def wait_for_progress(store: Path, run_id: str, steps: int, deadline_s: float = 
 
 def test_preemption_signal_checkpoints_requeues_and_resumes_same_run(tmp_path, env):
     store = tmp_path / "store"
-    (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=30", "count.step_s=0.5")
+    (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=20", "count.step_s=0.5")
     wait_for_progress(store, run, 4)
     job = job_of(store, run)
     subprocess.run(["scancel", "--signal=USR2", job], check=True)   # what Slurm sends before the time limit
@@ -138,12 +138,12 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_same_run(tmp_path, e
     progress = (Store(store).run_dir(run) / "progress.log").read_text().splitlines()
     assert progress[0].startswith("attempt 1 starts at step 0")
     assert int(progress[1].split("at step ")[1].split()[0]) >= 4   # resumed, not restarted
-    assert view.outputs["result"] == counter_artifact_uninterrupted(tmp_path, env, 30)
+    assert view.outputs["result"] == counter_artifact_uninterrupted(tmp_path, env, 20)
 
 
 def test_hard_requeue_resumes_from_the_last_checkpoint(tmp_path, env):
     store = tmp_path / "store"
-    (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=24", "count.step_s=0.5")
+    (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=16", "count.step_s=0.5")
     wait_for_progress(store, run, 4)
     job = job_of(store, run)
     subprocess.run(["scontrol", "requeue", job], check=True)         # preempted without warning
@@ -152,7 +152,7 @@ def test_hard_requeue_resumes_from_the_last_checkpoint(tmp_path, env):
     assert len(view.attempts) >= 2
     progress = (Store(store).run_dir(run) / "progress.log").read_text().splitlines()
     assert int(progress[-1].split("at step ")[1].split()[0]) >= 4
-    assert view.outputs["result"] == counter_artifact_uninterrupted(tmp_path, env, 24)
+    assert view.outputs["result"] == counter_artifact_uninterrupted(tmp_path, env, 16)
 
 
 def test_two_nodes_get_one_task_each_with_rank_world_and_master(tmp_path, env):

@@ -10,18 +10,13 @@ from lineage import Store
 from test_executor import wait
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-# A barely trained SFT model is enough to exercise the machinery; learning is tests/stages/test_rl.py.
-QUICK = ["pretrain.steps=20", "pretrain.warmup=5", "sft.steps=20", "sft.warmup=5", "rm.steps=5", "rm.warmup=1",
-         "tracking.wandb=disabled", "tracking.tensorboard=false"]
 
 
-def test_grpo_on_two_slurm_nodes_spreads_rollout_workers_and_cleans_up(tmp_path, slurm_cluster):
-    store_path = tmp_path / "store"
+def test_grpo_on_two_slurm_nodes_spreads_rollout_workers_and_cleans_up(tmp_path, upstream_store, slurm_cluster):
+    store_path = upstream_store
     profiles = tmp_path / "profiles.yaml"
     profiles.write_text("two: {partition: debug, containers: false, nodes: 2, cpus_per_task: 2}\n")
     env = {"JOBS_PROFILES": str(profiles)}
-    r = run_jobs(store_path, "submit", "tiny", "--stage", "data,pretrain,sft,rm", *QUICK, env=env, timeout=900)
-    assert r.code == 0, r.err
     r = run_jobs(store_path, "submit", "tiny", "--stage", "rl", "--executor", "slurm", "--profile", "two",
                  "rl.grpo.max_num_steps=3", "rl.grpo.num_prompts_per_step=8", "rl.grpo.val_period=3",
                  "rl.grpo.max_val_samples=16", "rl.cluster.rollout_workers=2", "tracking.wandb=disabled",

@@ -58,12 +58,20 @@ def run_eval(folders, name: str, overrides: list[str]) -> tuple[dict, list[dict]
     return results, [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 
 
-def test_vllm_eval_agrees_with_hf_greedy_and_its_pass_at_k_comes_from_its_samples(folders):
+VLLM = ["eval.backend=vllm", "eval.verifier=math", "eval.top_p=0.95", "eval.n_samples=6", "eval.ks=[1,2,6]",
+        "+eval.chat_template_kwargs.tail=''", "+eval.vllm_cfg.tensor_parallel_size=1", "+eval.vllm_cfg.max_model_len=48"]
+
+
+@pytest.fixture(scope="module")
+def one_engine(folders) -> tuple[dict, list[dict]]:
+    """The vLLM eval on one engine: checked against HF below, and the reference for two engines
+    (one engine start shared by both tests)."""
+    return run_eval(folders, "vllm", [*VLLM, "+eval.vllm_cfg.data_parallel_size=1"])
+
+
+def test_vllm_eval_agrees_with_hf_greedy_and_its_pass_at_k_comes_from_its_samples(folders, one_engine):
     hf, hf_rows = run_eval(folders, "hf", [])
-    vl, vl_rows = run_eval(folders, "vllm", ["eval.backend=vllm", "eval.verifier=math", "eval.top_p=0.95",
-                                             "eval.n_samples=6", "eval.ks=[1,2,6]", "+eval.chat_template_kwargs.tail=''",
-                                             "+eval.vllm_cfg.tensor_parallel_size=1", "+eval.vllm_cfg.data_parallel_size=1",
-                                             "+eval.vllm_cfg.max_model_len=48"])
+    vl, vl_rows = one_engine
     assert vl["backend"] == "vllm" and vl["chat_template"] and vl["top_p"] == 0.95 and vl["verifier"] == "math"
 
     # Greedy: vLLM's answers are HF's, prompt by prompt; and the model learned something.
@@ -84,11 +92,9 @@ def test_vllm_eval_agrees_with_hf_greedy_and_its_pass_at_k_comes_from_its_sample
     assert len({tuple(r["samples"]) for r in vl_rows}) > 1
 
 
-def test_two_engines_split_the_prompts_and_give_the_samples_one_engine_gives(folders):
-    common = ["eval.backend=vllm", "eval.n_samples=4", "eval.ks=[1,4]", "+eval.vllm_cfg.tensor_parallel_size=1",
-              "+eval.vllm_cfg.max_model_len=48"]
-    one, one_rows = run_eval(folders, "dp1", [*common, "+eval.vllm_cfg.data_parallel_size=1"])
-    two, two_rows = run_eval(folders, "dp2", [*common, "+eval.vllm_cfg.data_parallel_size=2"])
+def test_two_engines_split_the_prompts_and_give_the_samples_one_engine_gives(folders, one_engine):
+    one, one_rows = one_engine
+    two, two_rows = run_eval(folders, "dp2", [*VLLM, "+eval.vllm_cfg.data_parallel_size=2"])
     assert [r["greedy"] for r in two_rows] == [r["greedy"] for r in one_rows]
     assert [r["samples"] for r in two_rows] == [r["samples"] for r in one_rows]   # per-prompt seeds
     assert two == one

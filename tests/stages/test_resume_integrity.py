@@ -25,8 +25,8 @@ RM = ["rm.steps=6", "rm.warmup=2", "rm.batch_size=16", "rm.held_out=0.02", "rm.c
 RL = ["rl.grpo.num_prompts_per_step=8", "rl.grpo.num_generations_per_prompt=4", "rl.grpo.val_period=100",
       "rl.grpo.max_val_samples=8", "rl.policy.warmup=1", "rl.checkpointing.save_period=100",
       "rl.cluster.threads=1"]
-GRPO = [*RL, "rl.grpo.max_num_steps=4"]
-DPO = [*RL, "rl.algorithm=dpo", "rl.dpo.max_num_steps=4", "rl.dpo.pairs=offline", "rl.dpo.num_pairs_per_step=16"]
+GRPO = [*RL, "rl.grpo.max_num_steps=3"]
+DPO = [*RL, "rl.algorithm=dpo", "rl.dpo.max_num_steps=3", "rl.dpo.pairs=offline", "rl.dpo.num_pairs_per_step=16"]
 
 
 def context(stage: str, overrides: list[str], inputs: dict, run_dir: Path, *, run_id: str = "run-a",
@@ -186,8 +186,8 @@ def test_dpo_resumes_to_bit_identical_weights_and_refuses_another_runs_checkpoin
     from stages.loop import ResumeRefused
 
     inputs = rl_inputs(data, base)
-    whole, resumed, ckpt = stopped_and_resumed(rl, "rl", DPO, inputs, tmp_path, 3, "model", "rl", ray_address=ray_head)
-    assert ckpt["step"] == 3
+    whole, resumed, ckpt = stopped_and_resumed(rl, "rl", DPO, inputs, tmp_path, 2, "model", "rl", ray_address=ray_head)
+    assert ckpt["step"] == 2
     assert files(whole) == files(resumed)
     assert files(whole)["model.safetensors"] != files(base)["model.safetensors"]
     # The trainer's checkpoint copied into another run: refused in one line before any step.
