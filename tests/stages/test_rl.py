@@ -18,8 +18,12 @@ from helpers import run_jobs
 
 pytestmark = pytest.mark.slow
 
-# (greedy exact match, pass@1) gains over the SFT model a method must beat on seed 1234.
-MARGINS = {"grpo": (0.05, 0.05), "dpo": (0.05, 0.05)}
+# (greedy exact match, pass@1) gains over the SFT model a method must beat on seed 1234. Measured gains
+# (bench/rl_seeds.py, 2026-11-24), seeds 1234 / 7 / 42: GRPO greedy +0.066 / +0.312 / +0.132, pass@1
+# +0.146 / +0.236 / +0.154; DPO greedy +0.114 / +0.318 / +0.158, pass@1 +0.099 / +0.224 / +0.162.
+# Std over the seeds: 0.127 / 0.050 and 0.107 / 0.063 (the SFT models differ). The noise of one
+# evaluation of a fixed model: greedy on 500 prompts, standard error ~0.022; pass@1 ~0.015.
+MARGINS = {"grpo": (0.04, 0.08), "dpo": (0.06, 0.06)}
 
 
 def results(store, model: str) -> dict:
@@ -57,11 +61,12 @@ def assert_lifts(store, method: str, view) -> None:
 def test_grpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     rl = rl_run(pipeline, **{"algorithm": "grpo", "reward.kind": "verifier", "generation.backend": "hf"})
     assert_lifts(pipeline, "grpo", rl)
-    # The rollouts' mean reward rose over the run, and so did greedy validation on held-out prompts.
+    # The rollouts' mean reward rose over the run (seed 1234: first 20 steps 0.385, last 20 0.557), and
+    # so did greedy validation on 200 held-out prompts (0.51 -> 0.555).
     rewards = metric_lines(pipeline, rl, "rl/reward_mean")
-    assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.05
+    assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.08
     val = metric_lines(pipeline, rl, "rl/val_accuracy")
-    assert val[-1] > val[0] + 0.03
+    assert val[-1] > val[0] + 0.02
 
 
 def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
@@ -70,7 +75,7 @@ def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     assert r.code == 0, r.out + r.err
     view = rl_run(pipeline, **{"algorithm": "dpo", "dpo.pairs": "on_policy"})
     assert_lifts(pipeline, "dpo", view)
-    # The policy ranks the chosen rollout above the rejected one (implicit reward) by the end.
+    # The policy ranks the chosen rollout above the rejected one (implicit reward) by the end (0.559).
     assert sum(metric_lines(pipeline, view, "rl/reward_accuracy")[-10:]) / 10 > 0.5
 
 
