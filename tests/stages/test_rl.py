@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 # (bench/rl_seeds.py, 2026-11-24), seeds 1234 / 7 / 42: GRPO greedy +0.066 / +0.312 / +0.132, pass@1
 # +0.146 / +0.236 / +0.154; DPO greedy +0.114 / +0.318 / +0.158, pass@1 +0.099 / +0.224 / +0.162.
 # Std over the seeds: 0.127 / 0.050 and 0.107 / 0.063 (the SFT models differ). The noise of one
-# evaluation of a fixed model: greedy on 500 prompts, standard error ~0.022; pass@1 ~0.015.
+# evaluation of a fixed model: greedy on 500 prompts, binomial standard error at most 0.022.
 MARGINS = {"grpo": (0.04, 0.08), "dpo": (0.06, 0.06)}
 
 
