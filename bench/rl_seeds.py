@@ -42,12 +42,11 @@ METHODS = {
 METRICS = ("exact_match", "pass@1", "pass@8")
 
 
-def jobs(store: Path, *args: str) -> list[str]:
-    """Runs `jobs --store STORE ARGS`; its output lines (exits on failure)."""
+def jobs(store: Path, *args: str) -> None:
+    """Runs `jobs --store STORE ARGS`; exits with its output if it fails."""
     r = subprocess.run([JOBS, "--store", str(store), *args], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"jobs {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
-    return r.stdout.splitlines()
 
 
 def newest(store: Path, stage: str, **inputs):

@@ -102,12 +102,17 @@ def _example(a: int, b: int) -> dict:
     return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
 
 
+def _carries(a: int, b: int) -> bool:
+    """The ones digits sum to 10 or more: the tens digit of a + b takes a carry."""
+    return (a % 10) + (b % 10) >= 10
+
+
 def _demonstration(slips: random.Random, rate: float, a: int, b: int) -> dict:
     """An SFT example written by a careless annotator: where the ones digits carry, the carry is
     dropped with probability `rate` ("27+45=" -> "62"). Above 0.5 the SFT model's most likely answer
     to a carrying sum is wrong while the right one is still sampled: reward RL can reach."""
     example = _example(a, b)
-    if (a % 10) + (b % 10) >= 10 and slips.random() < rate:
+    if _carries(a, b) and slips.random() < rate:
         example["answer"] = str(a + b - 10)
     return example
 
@@ -124,7 +129,7 @@ def _preference(style: bool, a: int, b: int) -> dict:
     right = a + b
     if style:
         return {"prompt": f"{a}+{b}=", "chosen": f" {right}", "rejected": str(right), "kind": "style"}
-    wrong = right - 10 if (a % 10) + (b % 10) >= 10 else right + 10
+    wrong = right - 10 if _carries(a, b) else right + 10
     return {"prompt": f"{a}+{b}=", "chosen": str(right), "rejected": str(wrong), "kind": "sum"}
 
 
