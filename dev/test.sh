@@ -24,9 +24,5 @@ for p in "$venv" "$bridge" "$system"; do wait "$p" || failed=1; done
 rm -rf "$logs"
 trap - EXIT
 cd "$root"
-# Tests, Slurm jobs and Ray actors share 2 cores: OpenMP threads that spin while they wait for each other
-# take the cores from the process that has work. Sleeping instead measured 3.5-6x the training throughput
-# with another stage running beside it (bench/README.md, bench/train.py); numerics are unchanged.
-export OMP_WAIT_POLICY=PASSIVE
 # --durations: every run names its slowest tests (where the suite's time goes).
 exec "$root/.venv/bin/python" -m pytest -ra --durations=30 "$@"

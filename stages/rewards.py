@@ -4,9 +4,9 @@ reference), used by eval's `verifier: math`.
 
 Both score (prompt, response text, reference answer) triples; the verifier reads the answer, the
 reward model ignores it. Verifier rewards are 1.0 / 0.0; reward-model rewards are its raw scores
-(GRPO normalises within each group, so their scale does not matter), except that a response which
-is not an answer (not a bare number, or cut off at max_new_tokens before <eos>) scores below every
-answer of its batch: a reward model rates text unlike anything it was trained on arbitrarily, and
+(GRPO normalises within each group, so their scale does not matter), except that, with an answer
+format (`rl.reward.answer_pattern`, tiny: a bare number), a response which is not an answer (does
+not match it, or was cut off at max_new_tokens before <eos>) scores below every answer of its batch: a reward model rates text unlike anything it was trained on arbitrarily, and
 GRPO finds such text. Seen on the tiny task without this floor: "7 079" scored ~87 against ~-8 for
 answers and the policy wrote nothing else within 40 steps; with bare numbers only, it learned
 five-digit run-ons ("15425" for 154) the same way.
@@ -110,10 +110,12 @@ def math_verify(response: str, answer: str) -> float:
 class RewardWorker:
     """A Ray actor (`ray.remote(RewardWorker)`) scoring batches of rollouts."""
 
-    def __init__(self, kind: str, reward_model_dir: str | None = None, threads: int | None = None):
+    def __init__(self, kind: str, reward_model_dir: str | None = None, threads: int | None = None,
+                 answer_pattern: str | None = None):
         if kind not in KINDS:
             raise ValueError(f"reward kind must be one of {', '.join(KINDS)} (got {kind!r})")
         self.kind = kind
+        self.answer = re.compile(answer_pattern) if answer_pattern else None
         if kind == "reward_model":
             import torch
 
@@ -136,8 +138,10 @@ class RewardWorker:
 
         with torch.no_grad():
             raw = score(self.model, self.tokenizer, *encode(self.tokenizer, prompts, [r.strip() for r in responses])).tolist()
+        if self.answer is None:   # no answer format to hold responses to (rl.reward.answer_pattern)
+            return raw
         finished = finished or [True] * len(responses)
-        return below_non_answers(raw, [r.strip().isdigit() and f for r, f in zip(responses, finished)])
+        return below_non_answers(raw, [bool(self.answer.fullmatch(r.strip())) and f for r, f in zip(responses, finished)])
 
 
 def below_non_answers(scores: list[float], is_answer: list[bool]) -> list[float]:

@@ -34,6 +34,7 @@ with the same batches and sampling seeds.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -81,6 +82,12 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
         problems.append(f"rl.generation.backend must be hf or vllm (got {cfg['generation']['backend']!r})")
     if cfg["reward"]["kind"] not in KINDS:
         problems.append(f"rl.reward.kind must be verifier or reward_model (got {cfg['reward']['kind']!r})")
+    pattern = cfg["reward"].get("answer_pattern")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError):
+            problems.append(f"rl.reward.answer_pattern must be a regular expression (got {pattern!r})")
     if cfg["grpo"]["num_generations_per_prompt"] < 2:
         problems.append("rl.grpo.num_generations_per_prompt must be >= 2 (advantages compare a group's samples)")
     if cfg["generation"]["temperature"] <= 0:
@@ -251,7 +258,8 @@ class Actors:
         self.workers = [ray.remote(RolloutWorker).options(num_cpus=cl["rollout_cpus"], **spread).remote(
             cfg["generation"]["backend"], str(policy_dir), seed, cl["threads"]) for _ in range(cl["rollout_workers"])]
         self.scorers = [ray.remote(RewardWorker).options(num_cpus=cl["reward_cpus"], **spread).remote(
-            kind, str(reward_model_dir) if kind == "reward_model" else None, cl["threads"])
+            kind, str(reward_model_dir) if kind == "reward_model" else None, cl["threads"],
+            cfg["reward"].get("answer_pattern"))
             for _ in range(cl["reward_workers"])]
         self.trainer = ray.remote(PolicyTrainer).options(num_cpus=cl["trainer_cpus"]).remote(
             str(policy_dir), cfg, seed, steps, cl["threads"])

@@ -77,10 +77,12 @@ def test_the_reward_model_worker_floors_run_ons_and_non_numbers(pipeline):
     from conftest import artifact_path, latest
 
     folder = artifact_path(pipeline, latest(pipeline, "rm").outputs["reward_model"])
-    worker = RewardWorker("reward_model", str(folder), threads=1)
+    worker = RewardWorker("reward_model", str(folder), threads=1, answer_pattern="[0-9]+")
     prompts = ["27+45="] * 4
     scores = worker.score(prompts, ["72", "7 072", "72", "62"], ["72"] * 4, [True, True, False, True])
     assert scores[1] == scores[2] < min(scores[0], scores[3])   # not a number; cut off before <eos>
+    raw = RewardWorker("reward_model", str(folder), threads=1).score(prompts, ["72", "7 072", "72", "62"], ["72"] * 4)
+    assert raw[0] == raw[2] and raw[0] == scores[0]             # no answer format: the model's own scores
 
 
 def test_nano3_rl_becomes_a_nemo_rl_config_with_the_allocation_and_inputs(tmp_path):
