@@ -6,10 +6,11 @@ Both score (prompt, response text, reference answer) triples; the verifier reads
 reward model ignores it. Verifier rewards are 1.0 / 0.0; reward-model rewards are its raw scores
 (GRPO normalises within each group, so their scale does not matter), except that, with an answer
 format (`rl.reward.answer_pattern`, tiny: a bare number), a response which is not an answer (does
-not match it, or was cut off at max_new_tokens before <eos>) scores below every answer of its batch: a reward model rates text unlike anything it was trained on arbitrarily, and
-GRPO finds such text. Seen on the tiny task without this floor: "7 079" scored ~87 against ~-8 for
-answers and the policy wrote nothing else within 40 steps; with bare numbers only, it learned
-five-digit run-ons ("15425" for 154) the same way.
+not match it, or was cut off at max_new_tokens before <eos>) scores below every answer of its batch:
+a reward model rates text unlike anything it was trained on arbitrarily, and GRPO finds such text.
+Seen on the tiny task without this floor: "7 079" scored ~87 against ~-8 for answers and the policy
+wrote nothing else within 40 steps; with bare numbers only, it learned five-digit run-ons ("15425"
+for 154) the same way.
 """
 from __future__ import annotations
 

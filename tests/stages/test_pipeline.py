@@ -53,25 +53,8 @@ def test_reward_model_ranks_held_out_pairs(pipeline):
     rm = latest(pipeline, "rm")
     assert rm.metrics["rm/held_out_pairs"] == 400
     assert rm.metrics["rm/held_out_accuracy"] > 0.9
-    # The saved artifact scores like the trained model: right sums above the carry dropped (where
-    # there is one) or added (where there is none), on 40 pairs (measured on seed 1234: 0.90).
-    import random
-
-    import torch
-
-    from stages.lm import load_tokenizer
-    from stages.rm import encode, load_reward_model, score
-
-    folder = artifact_path(pipeline, rm.outputs["reward_model"])
-    model, tok = load_reward_model(folder), load_tokenizer(folder)
-    rng = random.Random(0)
-    pairs = [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(40)]
-    prompts = [f"{a}+{b}=" for a, b in pairs]
-    right = [str(a + b) for a, b in pairs]
-    wrong = [str(a + b - 10 if a % 10 + b % 10 >= 10 else a + b + 10) for a, b in pairs]
-    with torch.no_grad():
-        margin = score(model, tok, *encode(tok, prompts, right)) - score(model, tok, *encode(tok, prompts, wrong))
-    assert (margin > 0).float().mean() >= 0.75
+    # The saved artifact's own ranking (right sums over the carry dropped or added, the house style
+    # over the bare answer) is checked once, by test_rm.check_artifact.
 
 
 def test_eval_report_has_every_sample_and_the_run_summary_its_metrics(pipeline):
