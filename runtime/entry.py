@@ -108,6 +108,10 @@ class StageJob(submitit.helpers.Checkpointable):
         self._done: dict = {}
         self._thread = threading.Thread(target=self._work, name="stage", daemon=True)
         self._thread.start()
+        # runtime.hold_usr2 held Slurm's USR2 until now, when submitit's handler and the stage that
+        # checkpoint() stops both exist: one that came early is delivered here. The stage thread
+        # keeps it blocked.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
         while self._thread.is_alive():
             self._thread.join(timeout=1.0)  # short waits keep the main thread free for signals
         if "error" in self._done:

@@ -124,9 +124,11 @@ def check_script(params: dict, paths: dict[str, Path], container: bool = False) 
         walk(key, value)
 
 
-def python_for(image: containers.Image | None) -> str:
-    """Inside a container the image's interpreter runs the job; outside, this environment's."""
-    return "python3" if image is not None else shlex.quote(sys.executable)
+def python_for(image: containers.Image | None, here: str = sys.executable) -> str:
+    """Inside a container the image's interpreter runs the job; outside, this environment's (`here`).
+    Either starts through runtime.hold_usr2, which holds an early USR2 until submitit can take it."""
+    python = "python3" if image is not None else shlex.quote(here)
+    return f"{python} -u -m runtime.hold_usr2"
 
 
 def render(params: dict, folder: Path, python: str, dependency: str | None = None) -> str:

@@ -7,7 +7,7 @@ import pytest
 import containers as pins
 from jobs import containers, profiles
 from jobs.errors import ExecutorError
-from jobs.executors.slurm import render, sbatch_params
+from jobs.executors.slurm import python_for, render, sbatch_params
 
 GOLDEN = Path(__file__).parent / "golden"
 STAGE = {"recipe": "nano3", "stage": "rl", "container": "nemo-rl",
@@ -17,7 +17,7 @@ IMAGE = containers.Image("nemo-rl", "nvcr.io/nvidia/nemo-rl:v0.4.0", "sha256:" +
 
 def rendered(stage: dict, profile: profiles.Profile, image) -> str:
     params = sbatch_params(stage, profile, Path("/lustre/store"), image, code_root=Path("/home/u/jobs"))
-    return render(params, Path("/lustre/store/runs/RUN/logs"), "python3" if image else "/venv/bin/python")
+    return render(params, Path("/lustre/store/runs/RUN/logs"), python_for(image, here="/venv/bin/python"))
 
 
 def check_golden(name: str, text: str) -> None:
