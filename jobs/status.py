@@ -376,7 +376,13 @@ def cancel(store: Store, view: RunView) -> str:
             os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    return f"SIGKILL to pid {pid} and its process group" if group is not None else f"SIGKILL to pid {pid}"
+    said = f"SIGKILL to pid {pid} and its process group" if group is not None else f"SIGKILL to pid {pid}"
+    if view.spec.get("ray") and attempt.get("job_id"):
+        from runtime.ray_cluster import reap
+
+        killed = reap(str(attempt["job_id"]), attempt["host"])
+        said += f", and to the {len(killed)} processes of its Ray cluster" if killed else ""
+    return said
 
 
 def _pgid(pid: int) -> int | None:

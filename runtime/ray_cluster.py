@@ -425,6 +425,23 @@ class RayCluster:
         return leftovers
 
 
+def reap(job: str, node: str) -> list[int]:
+    """Kill what the Ray cluster of a killed job left on this host, and its temp dir; the pids killed.
+
+    `jobs cancel` of a local run SIGKILLs the job, which gives it no time to stop its cluster, and Ray's
+    processes run in a session of their own: without this they outlive the run. `job` is the attempt's
+    recorded job ID (what job_key() started from), `node` this host's name."""
+    temp = temp_dir_for(job, node)
+    pids = _own_pids(temp)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(temp, ignore_errors=True)
+    return pids
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)

@@ -187,3 +187,35 @@ def test_local_ray_stage_gets_a_cluster_and_ends_it(tmp_path, fail):
     assert [n["name"] for n in report["nodes"]] == [socket.gethostname()]
     assert {t["node"] for t in report["tasks"]} == {socket.gethostname()} and len(report["tasks"]) == 2
     assert report["actors"] == [socket.gethostname()]
+
+
+@pytest.mark.slow
+def test_cancel_of_a_local_ray_stage_ends_its_ray_cluster_too(tmp_path):
+    """The job is SIGKILLed (no time to stop its cluster) and Ray runs in a session of its own:
+    cancel ends Ray's processes itself, found by the attempt's temp dir."""
+    import subprocess
+    import sys
+    import time
+
+    store = tmp_path / "store"
+    jobs = str(Path(sys.executable).parent / "jobs")
+    p = subprocess.Popen([jobs, "--store", str(store), "submit", "raytest", "--stage", "probe", "probe.hold_s=120"],
+                         env={**os.environ, **local_env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(store.glob("runs/*/ray/*.token")) or not ray_pids("/tmp/ray-"):
+            assert time.monotonic() < deadline and p.poll() is None, "the Ray stage never started"
+            time.sleep(0.5)
+        s = Store(store)
+        (run,) = [row["id"] for row in s.index().runs()]
+        while not s.run(run).attempts or not ray_pids(f"/tmp/ray-{s.run(run).attempts[0]['job_id']}-"):
+            assert time.monotonic() < deadline, "no Ray process of this run"
+            time.sleep(0.5)
+        job = s.run(run).attempts[0]["job_id"]
+        r = run_jobs(store, "cancel", run)
+        assert r.code == 0 and "processes of its Ray cluster" in r.out, r.out + r.err
+        assert not ray_pids(f"/tmp/ray-{job}-") and not list(Path("/tmp").glob(f"ray-{job}-*"))
+        assert s.run(run).state == "CANCELLED"
+    finally:
+        p.kill()
+        p.communicate()
