@@ -6,8 +6,9 @@ Outputs (each a folder, each registered as an artifact):
     sft/train.jsonl       {"prompt": "23+45=", "answer": "68"}; where the ones digits carry, 60% (data.sft_carry_slips)
                           written without the carry ("27+45=" -> "62"): an annotator's slip RL can undo
     prefs/train.jsonl     {"prompt", "chosen", "rejected", "kind"}, alternating kinds: "sum" (the right
-                          sum vs the carry dropped or added) and "style" (the right sum written " 68", the
-                          house style, vs the bare "68" SFT learned): a preference SFT does not hold
+                          sum vs the carry dropped or added, or the sum cut short or run on by a
+                          digit) and "style" (the right sum written " 68", the house style, vs the
+                          bare "68" SFT learned): a preference SFT does not hold
     rl/train.jsonl        {"prompt", "answer"}: prompts a verifier can score
     rl/validation.jsonl   the first n_rl_val held-out pairs: the rl stage's periodic validation
     eval/test.jsonl       held-out {"prompt", "answer"}; no training split contains these pairs
@@ -87,7 +88,7 @@ def run(ctx) -> dict[str, Path]:
         "corpus": _write_lines(ctx.output_dir("corpus") / "train.txt", _corpus(rng, top, cfg["n_corpus_lines"])),
         "sft": _write_jsonl(ctx.output_dir("sft") / "train.jsonl",
                             [_demonstration(slips, cfg.get("sft_carry_slips", 0.0), *rng.choice(train)) for _ in range(cfg["n_sft"])]),
-        "prefs": _write_jsonl(ctx.output_dir("prefs") / "train.jsonl", [_preference(i % 2 == 1, *rng.choice(train)) for i in range(cfg["n_prefs"])]),
+        "prefs": _write_jsonl(ctx.output_dir("prefs") / "train.jsonl", [_preference(i, *rng.choice(train)) for i in range(cfg["n_prefs"])]),
         "rl": _write_jsonl(ctx.output_dir("rl") / "train.jsonl", [_example(*rng.choice(train)) for _ in range(cfg["n_rl"])]),
         "eval": _write_jsonl(ctx.output_dir("eval") / "test.jsonl", [_example(a, b) for a, b in held_out]),
     }
@@ -117,19 +118,29 @@ def _demonstration(slips: random.Random, rate: float, a: int, b: int) -> dict:
     return example
 
 
-def _preference(style: bool, a: int, b: int) -> dict:
-    """A "sum" pair: the right sum vs a wrong tens digit. Where the ones digits carry, the wrong one
-    drops the carry, the slip the SFT data teach, which SFT's likelihood ranks the wrong way;
-    elsewhere it adds a carry that is not there. Both ways, or a reward model learns "a larger tens
-    digit is better" (seen: GRPO on such a reward then added carries everywhere).
+def _preference(i: int, a: int, b: int) -> dict:
+    """Pair number i: odd ones are "style", even ones "sum".
+
+    A "sum" pair: the right sum vs a wrong answer. Where the ones digits carry, the wrong one drops
+    the carry, the slip the SFT data teach, which SFT's likelihood ranks the wrong way; elsewhere it
+    adds a carry that is not there. Both ways, or a reward model learns "a larger tens digit is
+    better" (seen: GRPO on such a reward then added carries everywhere). One "sum" pair in four
+    rejects the right answer cut short by its last digit ("10" for 108) instead, and one in four the
+    answer run on by a digit ("1088"): without them, GRPO on the reward model learned to answer every
+    prompt with one digit (seed 42, held-out 0.72 -> 0.0); with only the short ones, with four.
     A "style" pair: the right sum in the house style, a space after "=" (" 68"), vs the bare "68"
     SFT was trained on: only the preferences say it, and SFT's likelihood ranks it the wrong way, so
     a reward model must learn it. (RL's reward-model reward strips responses: it ranks rollouts by
     the "sum" preference.)"""
     right = a + b
-    if style:
+    if i % 2 == 1:
         return {"prompt": f"{a}+{b}=", "chosen": f" {right}", "rejected": str(right), "kind": "style"}
-    wrong = right - 10 if _carries(a, b) else right + 10
+    if i % 8 == 0 and right >= 10:
+        wrong = right // 10                # cut short: "10" for 108
+    elif i % 8 == 4:
+        wrong = right * 10 + right % 10    # run on: "1088" for 108
+    else:
+        wrong = right - 10 if _carries(a, b) else right + 10
     return {"prompt": f"{a}+{b}=", "chosen": str(right), "rejected": str(wrong), "kind": "sum"}
 
 

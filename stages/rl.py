@@ -94,6 +94,9 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
         problems.append("rl.generation.temperature must be > 0 (rollouts are sampled)")
     if cfg["dpo"]["pairs"] not in ("offline", "on_policy"):
         problems.append(f"rl.dpo.pairs must be offline or on_policy (got {cfg['dpo']['pairs']!r})")
+    kinds = cfg["dpo"].get("pair_kinds")
+    if kinds is not None and (not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds)):
+        problems.append(f"rl.dpo.pair_kinds must be a non-empty list of pair kinds, or null for all (got {kinds!r})")
     for key in ("rollout_workers", "reward_workers"):
         if cfg["cluster"][key] < 1:
             problems.append(f"rl.cluster.{key} must be >= 1")
@@ -160,7 +163,7 @@ def run(ctx) -> dict[str, Path]:
             raise ResumeRefused(start)
         if start:
             actors.refit()  # the rollout workers start from the SFT weights; bring them to the checkpoint's
-        prefs = _jsonl(ctx.input("prefs") / "train.jsonl") if algo == "dpo" and dpo["pairs"] == "offline" else []
+        prefs = _offline_pairs(ctx.input("prefs"), dpo.get("pair_kinds")) if algo == "dpo" and dpo["pairs"] == "offline" else []
 
         def validate(step: int) -> None:
             """Greedy answers of the rollout workers (so, of the weights they were refit with)."""
@@ -314,6 +317,18 @@ def _on_policy_pairs(picked: list[int], prompt_ids: list[list[int]], groups: lis
             chosen.append(groups[k][best])
             rejected.append(groups[k][worst])
     return prompts, chosen, rejected
+
+
+def _offline_pairs(prefs: Path, kinds: list[str] | None) -> list[dict]:
+    """data.prefs' training pairs, only those of `kinds` (their "kind" field) when it is set."""
+    pairs = _jsonl(prefs / "train.jsonl")
+    if kinds is None:
+        return pairs
+    kept = [p for p in pairs if p.get("kind") in kinds]
+    if not kept:
+        have = sorted({str(p.get("kind")) for p in pairs})
+        raise ValueError(f"rl: rl.dpo.pair_kinds {kinds} keeps none of the {len(pairs)} pairs (their kinds: {', '.join(have)})")
+    return kept
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -1,13 +1,14 @@
-"""RL on the tiny task, measured on fixed seeds: GRPO and on-policy DPO raise held-out greedy
-accuracy and pass@1 well above the SFT model's; GRPO on the reward model's reward stays on answers;
-the vLLM backend trains for real and its refits take effect.
+"""RL on the tiny task, measured on fixed seeds: GRPO (verifier reward), on-policy DPO, offline DPO
+and GRPO on the reward model's reward raise held-out greedy accuracy and pass@1 above the SFT
+model's; GRPO on the reward model stays on answers; the vLLM backend trains for real and its refits
+take effect.
 
 The SFT data carry an annotator's slip (data.sft_carry_slips: 60% of the sums with a carry are
 written without it), so the SFT model answers most carrying sums wrong by greedy decoding yet still
 samples the right answer: reward RL can reach. The pipeline fixture (conftest.py) runs `--stage all`,
-whose rl stage is GRPO, and evaluates the SFT model too. Margins: bench/rl_seeds.py measured GRPO and
-on-policy DPO on seeds 1234, 7 and 42 (recipes/tiny/README.md); each threshold below is under the
-smallest gain measured there and well above the seed-to-seed spread of the gains.
+whose rl stage is GRPO, and evaluates the SFT model too. Margins: bench/rl_seeds.py measured every
+method on seeds 1234, 7 and 42 (recipes/tiny/README.md); each threshold below is under the smallest
+gain measured there, except GRPO on the reward model, which collapses on seed 42 (see MARGINS).
 """
 import json
 
@@ -19,11 +20,16 @@ from helpers import run_jobs
 pytestmark = pytest.mark.slow
 
 # (greedy exact match, pass@1) gains over the SFT model a method must beat on seed 1234. Measured gains
-# (bench/rl_seeds.py, 2026-11-24), seeds 1234 / 7 / 42: GRPO greedy +0.066 / +0.312 / +0.132, pass@1
-# +0.146 / +0.236 / +0.154; DPO greedy +0.114 / +0.318 / +0.158, pass@1 +0.099 / +0.224 / +0.162.
-# Std over the seeds: 0.127 / 0.050 and 0.107 / 0.063 (the SFT models differ). The noise of one
-# evaluation of a fixed model: greedy on 500 prompts, binomial standard error at most 0.022.
-MARGINS = {"grpo": (0.04, 0.08), "dpo": (0.06, 0.06)}
+# (bench/rl_seeds.py, 2026-11-25, idle machine), seeds 1234 / 7 / 42:
+#   grpo         greedy +0.250 / +0.298 / +0.212, pass@1 +0.250 / +0.225 / +0.219 (std 0.043 / 0.017)
+#   dpo          greedy +0.250 / +0.294 / +0.216, pass@1 +0.234 / +0.211 / +0.194 (std 0.039 / 0.020)
+#   dpo_offline  greedy +0.212 / +0.268 / +0.192, pass@1 +0.142 / +0.132 / +0.120 (std 0.039 / 0.011)
+#   grpo_rm      greedy +0.080 / +0.200 / -0.684, pass@1 +0.099 / +0.145 / -0.666: on seed 42 the policy
+#                learns to answer "1", which that seed's reward model over-rates (reward hacking; open)
+# The noise of one evaluation of a fixed model: greedy on 500 prompts, binomial standard error at most 0.022.
+# Training is bit-deterministic on one host, but not across CPUs: these were measured on an AMD EPYC
+# host; on an Intel Xeon (2026-11-24) seed 1234's SFT model was 0.520 greedy and GRPO gained +0.066.
+MARGINS = {"grpo": (0.10, 0.10), "dpo": (0.10, 0.10), "dpo_offline": (0.10, 0.07), "grpo_rm": (0.04, 0.05)}
 
 
 def results(store, model: str) -> dict:
@@ -61,8 +67,8 @@ def assert_lifts(store, method: str, view) -> None:
 def test_grpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     rl = rl_run(pipeline, **{"algorithm": "grpo", "reward.kind": "verifier", "generation.backend": "hf"})
     assert_lifts(pipeline, "grpo", rl)
-    # The rollouts' mean reward rose over the run (seed 1234: first 20 steps 0.385, last 20 0.557), and
-    # so did greedy validation on 200 held-out prompts (0.51 -> 0.555).
+    # The rollouts' mean reward rose over the run (seed 1234: first 20 steps 0.704, last 20 0.884), and
+    # so did greedy validation on 200 held-out prompts (0.665 -> 0.93).
     rewards = metric_lines(pipeline, rl, "rl/reward_mean")
     assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.08
     val = metric_lines(pipeline, rl, "rl/val_accuracy")
@@ -79,19 +85,30 @@ def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     assert sum(metric_lines(pipeline, view, "rl/reward_accuracy")[-10:]) / 10 > 0.5
 
 
-def test_grpo_on_the_reward_model_keeps_answering_with_numbers(pipeline):
+def test_offline_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
+    r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl,eval", "rl.algorithm=dpo", "rl.dpo.pairs=offline",
+                 "tracking.wandb=disabled", timeout=1800)
+    assert r.code == 0, r.out + r.err
+    view = rl_run(pipeline, **{"algorithm": "dpo", "dpo.pairs": "offline"})
+    assert view.spec["config"]["rl"]["dpo"]["pair_kinds"] == ["sum"]   # the recipe's: right vs wrong sums
+    assert_lifts(pipeline, "dpo_offline", view)
+
+
+def test_grpo_on_the_reward_model_raises_held_out_accuracy_and_keeps_answering_with_numbers(pipeline):
     """A reward model scores text it never saw arbitrarily; without stages/rewards.py's floor for
     non-answers the policy wrote "7 079" and five-digit run-ons within 40 steps (greedy held-out 0.51
-    -> 0.0). With it, every greedy answer after 40 steps is still a number of at most three digits."""
-    r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl", "rl.reward.kind=reward_model",
-                 "rl.grpo.max_num_steps=40", "tracking.wandb=disabled", timeout=1800)
+    -> 0.0). With it, GRPO on the reward model's scores lifts held-out accuracy, and every greedy
+    answer at the end is still a number of at most three digits."""
+    r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl,eval", "rl.reward.kind=reward_model",
+                 "tracking.wandb=disabled", timeout=1800)
     assert r.code == 0, r.out + r.err
-    view = rl_run(pipeline, **{"reward.kind": "reward_model", "grpo.max_num_steps": 40})
+    view = rl_run(pipeline, **{"reward.kind": "reward_model"})
+    assert_lifts(pipeline, "grpo_rm", view)
     last = sorted((pipeline.run_dir(view.id) / "validation").glob("step_*.jsonl"))[-1]
     answers = [json.loads(line)["response"].strip() for line in last.read_text().splitlines()]
-    assert last.name == "step_000040.jsonl" and len(answers) == 200
+    assert last.name == "step_000120.jsonl" and len(answers) == 200
     assert all(a.isdigit() and len(a) <= 3 for a in answers), [a for a in answers if not (a.isdigit() and len(a) <= 3)]
-    # It trained on the reward model's raw scores (around -8 here), not on the verifier's 0/1.
+    # It trained on the reward model's raw scores (around -21 here), not on the verifier's 0/1.
     assert min(metric_lines(pipeline, view, "rl/reward_mean")) < 0
 
 

@@ -10,7 +10,7 @@ from jobs import recipes
 from stages import nemo_rl
 from stages.policy import pack
 from stages.rewards import RewardWorker, below_non_answers, verify
-from stages.rl import _on_policy_pairs, check_config, shards
+from stages.rl import _offline_pairs, _on_policy_pairs, check_config, shards
 
 
 def tiny_rl(*overrides: str) -> dict:
@@ -28,6 +28,7 @@ def test_the_tiny_config_is_valid_and_every_problem_is_reported_at_once():
     ("rl.algorithm=ppo", "rl.algorithm must be grpo or dpo (got 'ppo')"),
     ("~rl.dpo", "rl.dpo is missing"),
     ("rl.grpo.num_prompts_per_step=abc", "rl.grpo.num_prompts_per_step must be an integer in [1, 1048576] (got 'abc')"),
+    ("rl.dpo.pair_kinds=[]", "rl.dpo.pair_kinds must be a non-empty list of pair kinds, or null for all (got [])"),
 ])
 def test_bad_rl_config_is_refused_by_submit_before_anything_is_recorded(tmp_path, override, message):
     store = tmp_path / "store"
@@ -36,6 +37,17 @@ def test_bad_rl_config_is_refused_by_submit_before_anything_is_recorded(tmp_path
     assert r.code == 2
     assert r.err.strip().splitlines() == [f"jobs: error: tiny/rl: {message}"]
     assert tree_digest(store) == before
+
+
+def test_offline_pairs_keep_the_kinds_asked_for_and_refuse_to_keep_none(tmp_path):
+    import json
+
+    rows = [{"prompt": f"{i}+1=", "chosen": "x", "rejected": "y", "kind": k} for i, k in enumerate(["sum", "style"] * 3)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert _offline_pairs(tmp_path, None) == rows
+    assert [r["prompt"] for r in _offline_pairs(tmp_path, ["sum"])] == ["0+1=", "2+1=", "4+1="]
+    with pytest.raises(ValueError, match=r"pair_kinds \['sums'\] keeps none of the 6 pairs \(their kinds: style, sum\)"):
+        _offline_pairs(tmp_path, ["sums"])
 
 
 def test_shards_keep_order_and_cover_everything():

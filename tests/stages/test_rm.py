@@ -2,7 +2,7 @@
 
 tiny's preference pairs alternate two kinds (stages/data.py): "sum", the right sum vs the carry
 dropped (where there is one: the slip the SFT data teach, so SFT's likelihood prefers it) or added
-(where there is none); and "style", the right sum in the house style " 68" vs the bare "68" SFT was
+(where there is none), or vs the sum cut short or run on by a digit; and "style", the right sum in the house style " 68" vs the bare "68" SFT was
 trained on, which only the preferences say and which SFT's likelihood ranks the wrong way. So neither
 the SFT likelihood (no RM training) nor a head on the frozen SFT features (it cannot relearn
 addition) can rank both kinds; the trained reward model can.
@@ -19,9 +19,10 @@ from conftest import artifact_path, latest
 from jobs import recipes
 
 #: Asserted gaps between the trained reward and each baseline (accuracy on the 400 held-out pairs).
-#: Measured per seed by bench/rl_seeds.py (recipes/tiny/README.md has the table): on seed 1234 reward
-#: 0.928, SFT likelihood 0.315, head alone on frozen features 0.793.
-LOGLIK_GAP, FROZEN_HEAD_GAP = 0.3, 0.1
+#: Measured per seed by bench/rl_seeds.py (recipes/tiny/README.md has the table), seeds 1234 / 7 / 42:
+#: reward 0.955 / 0.940 / 0.873, SFT likelihood 0.410 / 0.395 / 0.433, head alone on frozen features
+#: 0.842 / 0.783 / 0.705 (it reads the answer's length, which one "sum" pair in two varies).
+LOGLIK_GAP, FROZEN_HEAD_GAP = 0.3, 0.08
 
 
 def _bootstrap_low(rows: list[dict], better: str, worse: str, n: int = 2000, q: float = 0.005) -> float:
@@ -49,8 +50,8 @@ def check_beats_baselines(m: dict, held_out_jsonl: str) -> None:
     # head cannot tell right sums from near misses. The reward gets both.
     assert m["rm/style/sft_loglik_accuracy"] < 0.1 and m["rm/style/sft_mean_loglik_accuracy"] < 0.1
     assert m["rm/sum/frozen_head_accuracy"] < 0.75
-    assert m["rm/style/held_out_accuracy"] > 0.9            # measured 1.000, 0.995, 0.965 (seeds 1234, 7, 42)
-    # Kept most of what SFT knew (the 200 "sum" pairs: +0.010, -0.035, -0.060 on seeds 1234, 7, 42).
+    assert m["rm/style/held_out_accuracy"] > 0.9            # measured 1.000, 0.985, 0.945 (seeds 1234, 7, 42)
+    # Kept what SFT knew (the 200 "sum" pairs: +0.090 and +0.105 over its likelihood on seeds 1234, 7).
     assert m["rm/sum/held_out_accuracy"] >= m["rm/sum/sft_loglik_accuracy"] - 0.1
     assert rm > max(loglik, mean_loglik) + LOGLIK_GAP and rm > frozen + FROZEN_HEAD_GAP, m
     # Larger than sampling noise: the paired bootstrap's 0.5% quantile of each gap is still positive.
