@@ -245,6 +245,19 @@ nodes_ready() {
   [ "$(grep -cE '^node[12] (idle|mix|alloc|comp)$' <<<"$states")" -eq 2 ]
 }
 
+# After a machine or container restart slurmctld recovers the jobs it had running, but their processes
+# died with the restart; it purges them only when a node's boot time changes, which a container restart
+# does not change. Such a job holds its node until its time limit (30 min of a CI run once). Every
+# node's slurmd runs on this host, so a running job with no slurmstepd here is one of them: cancel it.
+cancel_ghost_jobs() {
+  local job
+  for job in $(squeue -h -t RUNNING,COMPLETING -o %A); do
+    pgrep -f "^slurmstepd: \[$job\." >/dev/null && continue
+    log "cancelling job $job: slurmctld has it running, but no slurmstepd of it is left (a restart ended it)"
+    scancel "$job" || true
+  done
+}
+
 start_slurm() {
   local n
   # A changed slurm.conf (e.g. node sizes) needs the daemons restarted; running jobs survive that.
@@ -264,6 +277,7 @@ start_slurm() {
       started+=("slurmd-$n")
     fi
   done
+  [[ " ${started[*]} " == *" slurmd-"* ]] && cancel_ghost_jobs
   nodes_ready && return 0
   # Fresh slurmd register within a second or two. A node still down or drained then (e.g. after a step
   # that would not die) gets one resume: its slurmd is running, so it can take jobs.

@@ -2,21 +2,26 @@
 dependencies on failed jobs that fail fast, and requeue of a running job."""
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import SlurmCluster, sh
+from conftest import UP, SlurmCluster, sh
 
 pytestmark = pytest.mark.slurm
 
 
 def test_sinfo_shows_two_idle_nodes(slurm_cluster: SlurmCluster):
     # Jobs of earlier tests may still be ending: wait for both nodes to be idle, on a deadline.
-    states = slurm_cluster.wait_until(
-        "both nodes idle", lambda: (s := slurm_cluster.node_states()) == {"node1": "idle", "node2": "idle"} and s,
-        deadline_s=120)
+    try:
+        states = slurm_cluster.wait_until(
+            "both nodes idle", lambda: (s := slurm_cluster.node_states()) == {"node1": "idle", "node2": "idle"} and s,
+            deadline_s=120)
+    except AssertionError as e:  # say what holds them
+        queue = sh("squeue", "-h", "-o", "%i %j %T %N %M %l").strip() or "empty"
+        raise AssertionError(f"{e}: nodes {slurm_cluster.node_states()}, queue: {queue}") from None
     assert states == {"node1": "idle", "node2": "idle"}
     assert sh("sinfo", "-h", "-o", "%P %a").split() == ["debug*", "up"]
 
@@ -72,3 +77,22 @@ if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then sleep 300; fi
     assert history == ["REQUEUED", "COMPLETED"]
     # cred_expire=10 and a 2 s scheduler bound the restart (defaults: about 150 s).
     assert restart_s < 60, restart_s
+
+
+def test_up_cancels_a_job_whose_processes_died_with_a_restart(slurm_cluster, tmp_path: Path):
+    # A container restart kills slurmd and the job's slurmstepd; slurmctld keeps the job "running"
+    # until its time limit (it held a node through three tests of a CI run). up.sh must end it.
+    job = slurm_cluster.sbatch(f"--chdir={tmp_path}", "--output=/dev/null", "--time=30", "-w", "node1",
+                               "--wrap", "sleep 613")
+    slurm_cluster.wait_until("the job to run", lambda: slurm_cluster.sacct(job)[:1] == ["RUNNING"], deadline_s=60)
+    slurm_cluster.wait_until("its slurmstepd", lambda: subprocess.run(
+        ["pgrep", "-f", rf"^slurmstepd: \[{job}\.batch"], capture_output=True).returncode == 0, deadline_s=30)
+    for pattern in ("^slurmd -N node1", rf"^slurmstepd: \[{job}\.", "^sleep 613$"):
+        subprocess.run(["pkill", "-9", "-f", pattern], check=False)
+    time.sleep(1)
+    assert slurm_cluster.sacct(job)[:1] == ["RUNNING"]  # slurmctld has not noticed
+    p = subprocess.run(["bash", str(UP)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert f"cancelling job {job}" in p.stdout
+    assert slurm_cluster.final_state(job)[0] == "CANCELLED"
+    slurm_cluster.wait_until("node1 idle", lambda: slurm_cluster.node_states().get("node1") == "idle", deadline_s=60)
