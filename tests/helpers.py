@@ -1,4 +1,5 @@
-"""Helpers the tests share: the real `jobs` command in a subprocess, and a digest of a whole tree."""
+"""Helpers the tests share: the real `jobs` command in a subprocess, a digest of a whole tree, and a
+store's newest run of a stage."""
 from __future__ import annotations
 
 import hashlib
@@ -7,6 +8,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lineage import Store
 
 JOBS = str(Path(sys.executable).parent / "jobs")
 
@@ -76,3 +81,17 @@ def tree_state(root: Path, skip: tuple[Path, ...] = ()) -> dict[str, tuple]:
             target = os.readlink(p) if p.is_symlink() else None
             state[str(p.relative_to(root))] = (st.st_mode, st.st_size if digest else None, digest, target)
     return state
+
+
+def latest(store: Store, stage: str, **match):
+    """The newest SUCCEEDED run of `stage` whose inputs include `match`."""
+    for row in store.index().runs(stage=stage):
+        view = store.run(row["id"])
+        if view.state == "SUCCEEDED" and all(view.inputs.get(k) == v for k, v in match.items()):
+            return view
+    raise AssertionError(f"no succeeded {stage} run with inputs {match}")
+
+
+def artifact_path(store: Store, art: str) -> Path:
+    """Where the store keeps an artifact's files."""
+    return Path(store.artifact(art)["path"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import UP, SlurmCluster, sh
+from devcluster import UP, SlurmCluster, sh
 
 pytestmark = pytest.mark.slurm
 

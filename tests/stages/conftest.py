@@ -18,16 +18,3 @@ def pipeline(tmp_path_factory) -> Store:
                      "tracking.wandb=disabled", timeout=600)
         assert r.code == 0, r.out + r.err
     return Store(root)
-
-
-def latest(store: Store, stage: str, **match):
-    """The newest SUCCEEDED run of `stage` whose inputs include `match`."""
-    for row in store.index().runs(stage=stage):
-        view = store.run(row["id"])
-        if view.state == "SUCCEEDED" and all(view.inputs.get(k) == v for k, v in match.items()):
-            return view
-    raise AssertionError(f"no succeeded {stage} run with inputs {match}")
-
-
-def artifact_path(store: Store, art: str) -> Path:
-    return Path(store.artifact(art)["path"])

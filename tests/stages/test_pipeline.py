@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import artifact_path, latest
+from helpers import artifact_path, latest
 
 pytestmark = pytest.mark.slow
 

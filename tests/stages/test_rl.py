@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from conftest import artifact_path, latest
+from helpers import artifact_path, latest
 from helpers import run_jobs
 
 pytestmark = pytest.mark.slow

@@ -86,7 +86,7 @@ def test_reward_model_rewards_put_every_non_answer_below_every_answer():
 
 
 def test_the_reward_model_worker_floors_run_ons_and_non_numbers(pipeline):
-    from conftest import artifact_path, latest
+    from helpers import artifact_path, latest
 
     folder = artifact_path(pipeline, latest(pipeline, "rm").outputs["reward_model"])
     worker = RewardWorker("reward_model", str(folder), threads=1, answer_pattern="[0-9]+")

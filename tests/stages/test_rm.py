@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from conftest import artifact_path, latest
+from helpers import artifact_path, latest
 from jobs import recipes
 
 #: Asserted gaps between the trained reward and each baseline (accuracy on the 400 held-out pairs).
