@@ -82,6 +82,29 @@ def init_distributed(dist_info) -> bool:
     return True
 
 
+def leave_distributed(dist_info) -> None:
+    """Leave the group every rank created, with every rank present, rank 0 last.
+
+    Rank 0 hosts the group's TCPStore. A rank still tearing its gloo group down when rank 0 exits
+    can wait forever (CI saw rank 1 hang idle after train() returned, rank 0 long gone), so each
+    rank counts itself out on the store once its group is destroyed and rank 0 waits for the count
+    (bounded: a rank that died must not keep rank 0 from registering the outputs)."""
+    import gc
+    import time
+
+    import torch.distributed as dist
+
+    gc.collect()  # a DDP reducer left unreferenced would otherwise free the group at some later point
+    store = dist.distributed_c10d._get_default_store()
+    dist.barrier()
+    dist.destroy_process_group()
+    left = store.add("jobs/left", 1)
+    deadline = time.monotonic() + 120
+    while dist_info.rank == 0 and left < dist_info.world_size and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = store.add("jobs/left", 0)
+
+
 def _rng_state() -> dict:
     import numpy as np
     import torch
@@ -215,11 +238,12 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
 
     hook = model.register_forward_pre_hook(count_tokens, with_kwargs=True)
     model.train()
+    stopped = False
     for step in range(start, schedule.steps):
         if stop_requested():
-            hook.remove()
             save(step)
-            ctx.requeue()
+            stopped = True
+            break
         loss, metrics = loss_fn(ddp, step, ctx.dist.rank, ctx.dist.world_size)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -243,8 +267,10 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
             save(step + 1, keep=True)
     hook.remove()
+    del ddp  # its reducer holds the process group: free it now, while every rank is still here
     if created_group:
-        dist.barrier()
-        dist.destroy_process_group()
+        leave_distributed(ctx.dist)
+    if stopped:
+        ctx.requeue()
     model.eval()
     return model

@@ -74,8 +74,9 @@ def test_interrupted_run_resumes_to_bit_identical_weights(tmp_path, inputs):
 
 
 RANK = textwrap.dedent("""
-    import json, sys
+    import faulthandler, json, sys
     from pathlib import Path
+    faulthandler.dump_traceback_later(400, exit=True)  # a hung rank prints where it hangs (CI saw one once)
     sys.path.insert(0, sys.argv[1])
     from test_resume_and_ddp import make_ctx
     from stages.contract import Distributed, Requeue
