@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS artifacts (id TEXT PRIMARY KEY, kind TEXT, name TEXT,
     size INTEGER, producer TEXT, created REAL);
 CREATE TABLE IF NOT EXISTS edges (run TEXT, artifact TEXT, role TEXT, direction TEXT,
     PRIMARY KEY (run, artifact, role, direction));
-CREATE INDEX IF NOT EXISTS edges_artifact ON edges (artifact);
+DROP INDEX IF EXISTS edges_artifact;
+CREATE INDEX IF NOT EXISTS edges_artifact_direction ON edges (artifact, direction);
 CREATE TABLE IF NOT EXISTS refs (name TEXT, version INTEGER, artifact TEXT, run TEXT, time REAL,
     PRIMARY KEY (name, version));
 CREATE INDEX IF NOT EXISTS refs_artifact ON refs (artifact);
@@ -48,7 +49,10 @@ CREATE INDEX IF NOT EXISTS locations_artifact ON locations (artifact);
 CREATE TABLE IF NOT EXISTS folders (path TEXT PRIMARY KEY, mtime_ns INTEGER);
 """
 SETTLE_NS = 2_000_000_000
-VERSION = 4  # bump when SCHEMA changes: an index of another version is rebuilt
+# Bump when a table changes: an index of another version is rebuilt. An index changes in place
+# (SCHEMA runs at every sync), e.g. edges by (artifact, direction): a shared data artifact's 100k
+# consumers made each look-up of its producer scan them all.
+VERSION = 4
 TABLES = ("runs", "events", "artifacts", "edges", "refs", "locations", "folders")
 # The newest location of an artifact: where its (healed) files are now.
 ART_PATH = ("COALESCE((SELECT l.path FROM locations l WHERE l.artifact = artifacts.id"
