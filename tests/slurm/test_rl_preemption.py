@@ -3,6 +3,8 @@ requeues under the same run ID with a new Ray cluster over the same nodes, resum
 step, and registers the same artifact as the same job run without interruption. `jobs show` tells
 the story: two attempts, why the first ended, one W&B run."""
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -28,6 +30,13 @@ def steps_done(run_dir: Path) -> int:
     if not path.exists():
         return 0
     return max([json.loads(line)["step"] for line in path.read_text().splitlines() if "rl/step_time_s" in line] or [0])
+
+
+def usr2_pending(pid: int) -> bool:
+    """Whether USR2 waits in the process's shared pending set (a kill() to a stopped process)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    pending = int(next(line.split()[1] for line in status.splitlines() if line.startswith("ShdPnd:")), 16)
+    return bool(pending >> (signal.SIGUSR2 - 1) & 1)
 
 
 def test_preempted_two_node_grpo_requeues_with_its_ray_cluster_and_ends_with_the_same_artifact(
@@ -57,8 +66,17 @@ def test_preempted_two_node_grpo_requeues_with_its_ray_cluster_and_ends_with_the
     while steps_done(store.run_dir(run)) < 2:
         assert time.monotonic() < deadline, "no GRPO step in 600 s"
         assert store.run(run).state in ("QUEUED", "RUNNING"), store.run(run).reason
-        time.sleep(0.5)
-    subprocess.run(["scancel", "--signal=USR2", job], check=True)     # what Slurm sends on preemption
+        time.sleep(0.05)
+    # A step takes ~70 ms on an idle host: the job could end before Slurm's signal reaches it. The
+    # driver (the attempt's recorded PID) is frozen until USR2 is pending in it, so the signal lands
+    # mid-run however fast the host; the stage thread then stops at its next step.
+    driver = store.run(run).attempts[-1]["pid"]
+    os.kill(driver, signal.SIGSTOP)
+    try:
+        subprocess.run(["scancel", "--signal=USR2", job], check=True)     # what Slurm sends on preemption
+        slurm_cluster.wait_until("USR2 pending in the driver", lambda: usr2_pending(driver), deadline_s=60)
+    finally:
+        os.kill(driver, signal.SIGCONT)
     view = wait(store_path, run, {"SUCCEEDED", "FAILED"}, deadline_s=900, env=env)
     assert view.state == "SUCCEEDED", view.reason
 
