@@ -47,13 +47,14 @@ CREATE INDEX IF NOT EXISTS refs_artifact ON refs (artifact);
 CREATE TABLE IF NOT EXISTS locations (id TEXT PRIMARY KEY, artifact TEXT, path TEXT, time REAL);
 CREATE INDEX IF NOT EXISTS locations_artifact ON locations (artifact);
 CREATE TABLE IF NOT EXISTS folders (path TEXT PRIMARY KEY, mtime_ns INTEGER);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 """
 SETTLE_NS = 2_000_000_000
 # Bump when a table changes: an index of another version is rebuilt. An index changes in place
 # (SCHEMA runs at every sync), e.g. edges by (artifact, direction): a shared data artifact's 100k
 # consumers made each look-up of its producer scan them all.
 VERSION = 4
-TABLES = ("runs", "events", "artifacts", "edges", "refs", "locations", "folders")
+TABLES = ("runs", "events", "artifacts", "edges", "refs", "locations", "folders", "meta")
 # The newest location of an artifact: where its (healed) files are now.
 ART_PATH = ("COALESCE((SELECT l.path FROM locations l WHERE l.artifact = artifacts.id"
             " ORDER BY l.time DESC, l.id DESC LIMIT 1), artifacts.path)")
@@ -123,6 +124,7 @@ class Index:
 
     def _sync_locked(self) -> None:
         self.db.executescript(SCHEMA)
+        self._same_store()
         def known_mtime(key: str) -> int | None:
             # One lookup per folder visited: a big store has a folder per run, far more than a sync visits.
             row = self.db.execute("SELECT mtime_ns FROM folders WHERE path=?", (key,)).fetchone()
@@ -178,6 +180,23 @@ class Index:
             for handle, path in writes:
                 handle(path)
             self.db.executemany("INSERT OR REPLACE INTO folders VALUES (?, ?)", changed.items())
+
+    def _same_store(self) -> None:
+        """The cache is keyed by the store's path. A store deleted and made again at that path has a
+        new marker (its creation time): the rows of the old one's runs are dropped, not served.
+        An index from before this check adopts the marker it first sees."""
+        try:
+            marker = (self.store.root / "jobs-store.json").read_bytes()
+        except OSError:
+            return  # a bare Store() in a test, or a store being created: nothing to compare
+        row = self.db.execute("SELECT value FROM meta WHERE key='marker'").fetchone()
+        if row is not None and row[0] == marker.decode(errors="replace"):
+            return
+        if row is not None:
+            self._drop()
+            self.db.executescript(SCHEMA)
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('marker', ?)", (marker.decode(errors="replace"),))
 
     def _scan_refs(self, listed, unchanged, writes: list) -> None:
         """New ref versions, without listing a big name's folder (100k entries, seconds on Lustre).

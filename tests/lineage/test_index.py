@@ -1,4 +1,5 @@
 import os
+import shutil
 from pathlib import Path
 
 from lineage import Store
@@ -63,3 +64,21 @@ def test_a_shared_artifacts_producer_is_found_without_scanning_its_consumers(tmp
     assert "edges_artifact_direction (artifact=? AND direction=?)" in plan, plan
     assert [(r["run"], r["role"]) for r in idx.producer(data)] == [(maker, "data")]
     assert sorted(r["run"] for r in idx.consumers(data)) == sorted(readers)
+
+
+def test_a_store_made_again_at_the_same_path_is_not_served_the_old_ones_runs(tmp_path):
+    """The index lives in the host's cache, keyed by the store's path: `rm -rf store` and a new
+    submit there used to list the deleted store's runs, and `jobs submit` then chained to a run
+    whose record was gone ("no run ...")."""
+    old = Store.open(tmp_path / "store", create=True)
+    gone = old.create_run({"recipe": "tiny", "stage": "sft", "inputs": {}, "config": {}})
+    assert [r["id"] for r in old.index().runs()] == [gone]
+    shutil.rmtree(old.root)
+    new = Store.open(tmp_path / "store", create=True)
+    assert new.cache == old.cache                   # the same cache folder
+    assert new.index().runs() == []
+    kept = new.create_run({"recipe": "tiny", "stage": "sft", "inputs": {}, "config": {}})
+    assert [r["id"] for r in new.index().runs()] == [kept]
+    synced = Index(new).dump()
+    Index(new).rebuild()
+    assert Index(new).dump() == synced
