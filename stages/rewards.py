@@ -135,10 +135,10 @@ class RewardWorker:
             return [verify(r, a) for r, a in zip(responses, answers)]
         import torch
 
-        from stages.rm import encode, score
+        from stages.rm import score
 
         with torch.no_grad():
-            raw = score(self.model, self.tokenizer, *encode(self.tokenizer, prompts, [r.strip() for r in responses])).tolist()
+            raw = score(self.model, self.tokenizer, prompts, [r.strip() for r in responses]).tolist()
         if self.answer is None:   # no answer format to hold responses to (rl.reward.answer_pattern)
             return raw
         finished = finished or [True] * len(responses)

@@ -8,13 +8,19 @@ Launch:  jobs submit tiny --stage rm [rm.steps=600 rm.loglik=false]
 Backend: `rm.backend: torch` trains here on CPU; `nemo_rl` (nano3) runs NeMo RL's run_rm.py in its
          container (stages/nemo_rl.py).
 
-    reward(prompt, response) = head(h_last) [+ alpha * log p(response <eos> | prompt)]
+    reward(prompt, response) = head(h_last) [+ alpha * log p(response.strip() <eos> | prompt)]
 
-The head reads the last layer's hidden state at the final <eos>. With `rm.loglik: true` the
-response log-likelihood under the (trained) LM is added with a learned weight alpha (starting at 1,
-the head fitted on the frozen SFT features next to it): training starts from what the SFT model
-already knows and Bradley-Terry adjusts all of it. The last `rm.held_out` share of pairs is never trained on. On it the stage reports the
-trained reward's preference accuracy (rm/held_out_accuracy) and two baselines it has to beat, so
+The head reads the last layer's hidden state at the final <eos> of the response as written. With
+`rm.loglik: true` the log-likelihood of the answer under the (trained) LM is added with a learned
+weight alpha (starting at 1, the head fitted on the frozen SFT features next to it): training
+starts from what the SFT model already knows and Bradley-Terry adjusts all of it. The likelihood
+is taken of the response without surrounding whitespace: the answer, not its form, which is the
+head's to read. Taken as written, the house style's space (which SFT never saw) cost ~34 nats, the
+head grew to cancel it, and a head that large rated text unlike any pair arbitrarily: seed 42's
+scored a bare "1" above the right sum for 94% of prompts, and GRPO on it answered "1".
+
+The last `rm.held_out` share of pairs is never trained on. On it the stage reports the trained
+reward's preference accuracy (rm/held_out_accuracy) and two baselines it has to beat, so
 that a reward model which only restates the SFT model shows (metrics.jsonl: the baselines at step
 0, all three side by side at the last step; held_out.jsonl: the margins pair by pair):
     rm/sft_loglik_accuracy   the SFT model's log-likelihood alone (sum over the response and <eos>;
@@ -49,21 +55,32 @@ def reward_model_class():
             self.alpha = torch.nn.Parameter(torch.ones(()), requires_grad=loglik)
             self.loglik = loglik
 
-        def features(self, ids, attention_mask, response_mask):
-            """(last hidden state at <eos>, response log-likelihood): (batch, hidden), (batch,)."""
+        def features(self, batch, stripped=None):
+            """(last hidden state at <eos>, log-likelihood of the stripped response and <eos>):
+            (n, hidden), (n,). `batch` and `stripped` as `inputs()` makes them."""
+            ids, attention_mask, response_mask = batch
             out = self.lm(input_ids=ids, attention_mask=attention_mask, output_hidden_states=True)
-            logp = F.log_softmax(out.logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-            loglik = (logp * response_mask[:, 1:]).sum(-1)
             last = attention_mask.sum(-1) - 1
-            return out.hidden_states[-1][torch.arange(ids.size(0)), last], loglik
+            h = out.hidden_states[-1][torch.arange(ids.size(0)), last]
+            loglik = self._loglik(out.logits, ids, response_mask)
+            if stripped is not None:  # the rows whose response had whitespace around it, again without
+                rows, (ids, attention_mask, response_mask) = stripped
+                again = self._loglik(self.lm(input_ids=ids, attention_mask=attention_mask).logits, ids, response_mask)
+                loglik = loglik.index_put((rows,), again)
+            return h, loglik
 
-        def parts(self, ids, attention_mask, response_mask):
-            """(head term, response log-likelihood), each (batch,)."""
-            h, loglik = self.features(ids, attention_mask, response_mask)
+        @staticmethod
+        def _loglik(logits, ids, response_mask):
+            logp = F.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            return (logp * response_mask[:, 1:]).sum(-1)
+
+        def parts(self, batch, stripped=None):
+            """(head term, log-likelihood term), each (n,)."""
+            h, loglik = self.features(batch, stripped)
             return self.head(h).squeeze(-1), loglik
 
-        def forward(self, ids, attention_mask, response_mask):
-            head, loglik = self.parts(ids, attention_mask, response_mask)
+        def forward(self, batch, stripped=None):
+            head, loglik = self.parts(batch, stripped)
             return head + self.alpha * loglik if self.loglik else head
 
     return RewardModel
@@ -82,9 +99,23 @@ def _batch(tokenizer, rows, masks):
     return ids, attn, resp
 
 
-def score(model, tokenizer, rows: list[list[int]], masks: list[list[int]]):
-    """Rewards of (rows, masks) as encode() makes them."""
-    return model(*_batch(tokenizer, rows, masks))
+def inputs(tokenizer, prompts: list[str], responses: list[str]):
+    """The model's inputs: (ids, attention mask, response mask) of the responses as written, and
+    (row numbers, the same of those rows stripped) for the responses with whitespace around them,
+    whose likelihood term is taken again without it (None: there are none)."""
+    import torch
+
+    batch = _batch(tokenizer, *encode(tokenizer, prompts, responses))
+    rows = [i for i, r in enumerate(responses) if r != r.strip()]
+    if not rows:
+        return batch, None
+    return batch, (torch.tensor(rows), _batch(tokenizer, *encode(tokenizer, [prompts[i] for i in rows],
+                                                                  [responses[i].strip() for i in rows])))
+
+
+def score(model, tokenizer, prompts: list[str], responses: list[str]):
+    """The rewards of (prompt, response) pairs, (n,)."""
+    return model(*inputs(tokenizer, prompts, responses))
 
 
 def load_reward_model(path: Path):
@@ -98,9 +129,10 @@ def load_reward_model(path: Path):
     return model.eval()
 
 
-def _measure(model, tokenizer, pairs: list[dict], batch: int = 256) -> dict:
-    """For chosen and for rejected (keys "c", "r"): hidden features, head term, log-likelihood and
-    response length in tokens (<eos> included), batch by batch, without gradients."""
+def _measure(model, tokenizer, pairs: list[dict], batch: int = 256, as_written: bool = False) -> dict:
+    """For chosen and for rejected (keys "c", "r"): hidden features, head term, log-likelihood
+    (of the stripped responses, or with `as_written` of the responses as written) and its length in
+    tokens (<eos> included), batch by batch, without gradients."""
     import torch
 
     out: dict = {}
@@ -109,17 +141,19 @@ def _measure(model, tokenizer, pairs: list[dict], batch: int = 256) -> dict:
             parts = []
             for i in range(0, len(pairs), batch):
                 chunk = pairs[i:i + batch]
-                ids, attn, resp = _batch(tokenizer, *encode(tokenizer, [p["prompt"] for p in chunk], [p[key] for p in chunk]))
-                h, loglik = model.features(ids, attn, resp)
-                parts.append((h, model.head(h).squeeze(-1), loglik, resp[:, 1:].sum(-1).float()))
+                written, stripped = inputs(tokenizer, [p["prompt"] for p in chunk], [p[key] for p in chunk])
+                h, loglik = model.features(written, None if as_written else stripped)
+                said = [p[key] if as_written else p[key].strip() for p in chunk]
+                length = torch.tensor([len(x) for x in lm.encode(tokenizer, said, bos=False, eos=True)], dtype=torch.float)
+                parts.append((h, model.head(h).squeeze(-1), loglik, length))
             out[side] = [torch.cat(x) for x in zip(*parts)]
     return out
 
 
-def held_out_margins(model, tokenizer, pairs: list[dict]) -> dict:
+def held_out_margins(model, tokenizer, pairs: list[dict], as_written: bool = False) -> dict:
     """Per pair, score(chosen) - score(rejected) for: the reward, its head term alone, its
     log-likelihood alone (sum) and that log-likelihood per token; (n,) tensors."""
-    m = _measure(model, tokenizer, pairs)
+    m = _measure(model, tokenizer, pairs, as_written=as_written)
     (_, headc, lc, nc), (_, headr, lr, nr) = m["c"], m["r"]
     reward = (headc + model.alpha * lc) - (headr + model.alpha * lr) if model.loglik else headc - headr
     return {"reward": reward, "head": headc - headr, "loglik": lc - lr, "mean_loglik": lc / nc - lr / nr}
@@ -211,22 +245,18 @@ def run(ctx) -> dict[str, Path]:
     pairs = formats.preference_pairs(ctx.input("data"))
     cut = int(len(pairs) * (1 - cfg["held_out"]))
     train_pairs, test_pairs = pairs[:cut], pairs[cut:]
-    prompts = [p["prompt"] for p in train_pairs]
-    chosen = encode(tokenizer, prompts, [p["chosen"] for p in train_pairs])
-    rejected = encode(tokenizer, prompts, [p["rejected"] for p in train_pairs])
 
     def loss_fn(m, step, rank, world):
-        picked = batches.indices(seed, step, len(train_pairs), cfg["batch_size"], rank, world)
-        rows = [chosen[0][i] for i in picked] + [rejected[0][i] for i in picked]
-        masks = [chosen[1][i] for i in picked] + [rejected[1][i] for i in picked]
-        scores = score(m, tokenizer, rows, masks)
+        picked = [train_pairs[i] for i in batches.indices(seed, step, len(train_pairs), cfg["batch_size"], rank, world)]
+        scores = score(m, tokenizer, [p["prompt"] for p in picked] * 2,
+                       [p["chosen"] for p in picked] + [p["rejected"] for p in picked])
         loss, acc = bradley_terry_loss(scores[:len(picked)], scores[len(picked):])
         return loss, {"train_accuracy": acc.item()}
 
     # Baselines on the SFT model as it comes; train; measure the reward on the same held-out pairs.
     with tracking.session(ctx):
         model.eval()
-        before = held_out_margins(model, tokenizer, test_pairs)
+        before = held_out_margins(model, tokenizer, test_pairs, as_written=True)  # the SFT model's own preference
         fit, test = _measure(model, tokenizer, train_pairs), _measure(model, tokenizer, test_pairs)
         alone = fit_head(fit["c"][0], fit["r"][0])
         baselines = {"sft_loglik_accuracy": before["loglik"], "sft_mean_loglik_accuracy": before["mean_loglik"],

@@ -8,7 +8,7 @@ written without it), so the SFT model answers most carrying sums wrong by greedy
 samples the right answer: reward RL can reach. The pipeline fixture (conftest.py) runs `--stage all`,
 whose rl stage is GRPO, and evaluates the SFT model too. Margins: bench/rl_seeds.py measured every
 method on seeds 1234, 7 and 42 (recipes/tiny/README.md); each threshold below is under the smallest
-gain measured there, except GRPO on the reward model, which collapses on seed 42 (see MARGINS).
+gain measured there.
 """
 import json
 
@@ -24,12 +24,13 @@ pytestmark = pytest.mark.slow
 #   grpo         greedy +0.250 / +0.298 / +0.212, pass@1 +0.250 / +0.225 / +0.219 (std 0.043 / 0.017)
 #   dpo          greedy +0.250 / +0.294 / +0.216, pass@1 +0.234 / +0.211 / +0.194 (std 0.039 / 0.020)
 #   dpo_offline  greedy +0.212 / +0.268 / +0.192, pass@1 +0.142 / +0.132 / +0.120 (std 0.039 / 0.011)
-#   grpo_rm      greedy +0.080 / +0.200 / -0.684, pass@1 +0.099 / +0.145 / -0.666: on seed 42 the policy
-#                learns to answer "1", which that seed's reward model over-rates (reward hacking; open)
+#   grpo_rm      greedy +0.162 / +0.242 / +0.126, pass@1 +0.172 / +0.173 / +0.118 (std 0.059 / 0.031;
+#                2026-11-25 11:32, after stages/rm.py took the likelihood of the stripped answer: before,
+#                seed 42's reward model rated a bare "1" above the right sum and GRPO collapsed, -0.684)
 # The noise of one evaluation of a fixed model: greedy on 500 prompts, binomial standard error at most 0.022.
 # Training is bit-deterministic on one host, but not across CPUs: these were measured on an AMD EPYC
 # host; on an Intel Xeon (2026-11-24) seed 1234's SFT model was 0.520 greedy and GRPO gained +0.066.
-MARGINS = {"grpo": (0.10, 0.10), "dpo": (0.10, 0.10), "dpo_offline": (0.10, 0.07), "grpo_rm": (0.04, 0.05)}
+MARGINS = {"grpo": (0.10, 0.10), "dpo": (0.10, 0.10), "dpo_offline": (0.10, 0.07), "grpo_rm": (0.08, 0.08)}
 
 
 def results(store, model: str) -> dict:
@@ -108,7 +109,7 @@ def test_grpo_on_the_reward_model_raises_held_out_accuracy_and_keeps_answering_w
     answers = [json.loads(line)["response"].strip() for line in last.read_text().splitlines()]
     assert last.name == "step_000120.jsonl" and len(answers) == 200
     assert all(a.isdigit() and len(a) <= 3 for a in answers), [a for a in answers if not (a.isdigit() and len(a) <= 3)]
-    # It trained on the reward model's raw scores (around -21 here), not on the verifier's 0/1.
+    # It trained on the reward model's raw scores (-4.5 to -3.4 on seed 1234), not on the verifier's 0/1.
     assert min(metric_lines(pipeline, view, "rl/reward_mean")) < 0
 
 

@@ -20,7 +20,7 @@ from jobs import recipes
 
 #: Asserted gaps between the trained reward and each baseline (accuracy on the 400 held-out pairs).
 #: Measured per seed by bench/rl_seeds.py (recipes/tiny/README.md has the table), seeds 1234 / 7 / 42:
-#: reward 0.955 / 0.940 / 0.873, SFT likelihood 0.410 / 0.395 / 0.433, head alone on frozen features
+#: reward 0.978 / 0.965 / 0.970, SFT likelihood 0.410 / 0.395 / 0.433, head alone on frozen features
 #: 0.842 / 0.783 / 0.705 (it reads the answer's length, which one "sum" pair in two varies).
 LOGLIK_GAP, FROZEN_HEAD_GAP = 0.3, 0.08
 
@@ -50,9 +50,9 @@ def check_beats_baselines(m: dict, held_out_jsonl: str) -> None:
     # head cannot tell right sums from near misses. The reward gets both.
     assert m["rm/style/sft_loglik_accuracy"] < 0.1 and m["rm/style/sft_mean_loglik_accuracy"] < 0.1
     assert m["rm/sum/frozen_head_accuracy"] < 0.75
-    assert m["rm/style/held_out_accuracy"] > 0.9            # measured 1.000, 0.985, 0.945 (seeds 1234, 7, 42)
-    # Kept what SFT knew (the 200 "sum" pairs: +0.090 and +0.105 over its likelihood on seeds 1234, 7).
-    assert m["rm/sum/held_out_accuracy"] >= m["rm/sum/sft_loglik_accuracy"] - 0.1
+    assert m["rm/style/held_out_accuracy"] > 0.9            # measured 1.000, 0.995, 1.000 (seeds 1234, 7, 42)
+    # Learned more than SFT knew (the 200 "sum" pairs: +0.135 / +0.145 / +0.075 over its likelihood).
+    assert m["rm/sum/held_out_accuracy"] > m["rm/sum/sft_loglik_accuracy"] + 0.05
     assert rm > max(loglik, mean_loglik) + LOGLIK_GAP and rm > frozen + FROZEN_HEAD_GAP, m
     # Larger than sampling noise: the paired bootstrap's 0.5% quantile of each gap is still positive.
     for baseline in ("sft_loglik", "sft_mean_loglik", "frozen_head"):
@@ -69,13 +69,13 @@ def check_artifact(folder) -> None:
     import torch
 
     from stages.lm import load_tokenizer
-    from stages.rm import encode, load_reward_model, score
+    from stages.rm import inputs, load_reward_model, score
 
     model, tok = load_reward_model(folder), load_tokenizer(folder)
     prompts = ["12+30=", "45+21=", "33+33=", "50+40=", "18+71=", "26+52=", "9+80=", "64+27="]
     right = [str(eval(p[:-1])) for p in prompts]
     with torch.no_grad():
-        styled, bare = (score(model, tok, *encode(tok, prompts, answers)) for answers in ([" " + r for r in right], right))
+        styled, bare = (score(model, tok, prompts, answers) for answers in ([" " + r for r in right], right))
     # Measured on seed 1234: styled > bare 8 of 8 (earlier prefs, seeds 7 and 42: 8 and 7).
     assert (styled > bare).sum() >= 7
     # Right over wrong in the tens digit (the "sum" pairs' kind) on 40 pairs: measured 0.90 on seed 1234.
@@ -84,8 +84,17 @@ def check_artifact(folder) -> None:
     sums = [f"{a}+{b}=" for a, b in pairs]
     wrong_tens = [str(a + b - 10 if a % 10 + b % 10 >= 10 else a + b + 10) for a, b in pairs]
     with torch.no_grad():
-        margin = score(model, tok, *encode(tok, sums, [str(a + b) for a, b in pairs])) - score(model, tok, *encode(tok, sums, wrong_tens))
+        margin = score(model, tok, sums, [str(a + b) for a, b in pairs]) - score(model, tok, sums, wrong_tens)
     assert (margin > 0).float().mean() >= 0.75
+    # The likelihood term reads the answer, not its whitespace: the house style is the head's alone.
+    # Read as written, the space SFT never saw cost ~34 nats; the head grew to cancel it and, that
+    # large, rated a bare "1" above the right sum for 94% of prompts on seed 42 (GRPO then answered "1").
+    with torch.no_grad():
+        (_, styled_ll), (_, bare_ll) = (model.parts(*inputs(tok, prompts, answers)) for answers in ([" " + r for r in right], right))
+        one = score(model, tok, sums, ["1"] * len(sums))
+        right_sums = score(model, tok, sums, [str(a + b) for a, b in pairs])
+    assert torch.allclose(styled_ll, bare_ll, atol=1e-4), (styled_ll, bare_ll)
+    assert (one < right_sums).float().mean() >= 0.9
 
 
 @pytest.mark.parametrize("override, message", [
