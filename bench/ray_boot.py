@@ -8,8 +8,10 @@ the per-node ports and temp dir that virtual nodes sharing one host need, the sa
 usage stats off: no network here), each worker started once the head's port answers, readiness polled
 the same way as ours (a GCS client, every 50 ms), no sleeps (the Ray docs' Slurm script adds `sleep 10`
 and `sleep 5`).
-Jobs run one after another, ours then the peer's, for each node count. "Job start" is sacct's Start,
-whole seconds: the first column is +-1 s, every other one is sub-second.
+Jobs run one after another, ours then the peer's, for each node count. Both batch scripts note the
+time as their first command (ours: the `JOBS_BATCH_START` line the Slurm executor writes; the peer's:
+the same `date` before its srun), and "first line -> all alive" is the goal's measure. sacct's Start
+is whole seconds and comes before Slurm launches the script: the columns from it are +-1 s.
 
     .venv/bin/python bench/ray_boot.py [--repeats 1]
 """
@@ -35,8 +37,9 @@ from lineage import Store  # noqa: E402
 from runtime.ray_cluster import write_token  # noqa: E402
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
-COLUMNS = ("job start -> entry", "-> ray start launched", "-> GCS up", "-> head node alive",
-           "-> worker launched", "-> all nodes alive", "-> ray.init connected", "job start -> all alive")
+COLUMNS = ("sacct start -> first line", "first line -> entry", "-> ray start launched", "-> GCS up",
+           "-> head node alive", "-> worker launched", "-> all nodes alive", "-> ray.init connected",
+           "first line -> all alive", "sacct start -> all alive")
 
 
 def jobs(store: Path, env: dict, *args: str) -> str:
@@ -64,17 +67,19 @@ def wait_final(job: str, deadline_s: float = 300) -> str:
     return state
 
 
-def phases(job_start: float, entry: float, head: dict, workers: list[dict], connected: float | None) -> dict:
-    """Seconds, each from the entry except the first and the last (from the job's start)."""
+def phases(job_start: float, first_line: float, entry: float, head: dict, workers: list[dict],
+           connected: float | None) -> dict:
+    """Seconds: the arrows from the entry, the rest as named."""
     t = head["times"]
     alive = [v for k, v in t.items() if k.startswith("alive:")]
-    return {"job start -> entry": entry - job_start, "-> ray start launched": t["launched"] - entry,
+    return {"sacct start -> first line": first_line - job_start, "first line -> entry": entry - first_line,
+            "-> ray start launched": t["launched"] - entry,
             "-> GCS up": t["gcs"] - entry,
             "-> head node alive": t[f"alive:{head['node']}"] - entry,
             "-> worker launched": max(w["times"]["launched"] for w in workers) - entry if workers else None,
             "-> all nodes alive": max(alive) - entry,
             "-> ray.init connected": connected - entry if connected else None,
-            "job start -> all alive": max(alive) - job_start}
+            "first line -> all alive": max(alive) - first_line, "sacct start -> all alive": max(alive) - job_start}
 
 
 def ours(store: Path, env: dict, profile: str, deadline_s: float = 300) -> dict:
@@ -95,7 +100,8 @@ def ours(store: Path, env: dict, profile: str, deadline_s: float = 300) -> dict:
     ray_dir = Store(store).run_dir(run) / "ray"
     head = json.loads((ray_dir / f"{job}.0.boot.json").read_text())
     workers = [json.loads(p.read_text()) for p in sorted(ray_dir.glob(f"{job}.0-*.boot.json"))]
-    return phases(slurm_start(job), view.attempts[-1]["start"], head, workers, report.get("connected"))
+    attempt = view.attempts[-1]
+    return phases(slurm_start(job), attempt["batch_start"], attempt["start"], head, workers, report.get("connected"))
 
 
 def peer(tmp: Path, nodes: int) -> dict:
@@ -106,14 +112,14 @@ def peer(tmp: Path, nodes: int) -> dict:
     task = " ".join(shlex.quote(str(a)) for a in (sys.executable, Path(__file__).resolve(), "--peer-task", out))
     job = subprocess.run(["sbatch", "--parsable", "-p", "debug", f"--nodes={nodes}", "--ntasks-per-node=1",
                           "--cpus-per-task=1", "--mem=1G", "--time=5", f"--output={out}/%j.out", f"--chdir={tmp}",
-                          "--wrap", f"srun {task}"], capture_output=True, text=True, check=True).stdout.strip()
+                          "--wrap", f"date +%s.%N > {shlex.quote(str(out))}/$SLURM_JOB_ID.first; srun {task}"], capture_output=True, text=True, check=True).stdout.strip()
     state = wait_final(job)
     result = out / f"{job}.json"
     if state != "COMPLETED" or not result.exists():
         raise SystemExit(f"peer job {job} {state}: {(out / f'{job}.out').read_text()[-2000:]}")
     r = json.loads(result.read_text())
     workers = [json.loads(p.read_text()) for p in sorted(out.glob(f"{job}-w*.json"))]
-    return phases(slurm_start(job), r["entry"], r, workers, r["connected"])
+    return phases(slurm_start(job), float((out / f"{job}.first").read_text()), r["entry"], r, workers, r["connected"])
 
 
 def peer_task(out: Path) -> None:
@@ -200,8 +206,8 @@ def main() -> None:
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
     print(f"load average before (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"cores: {os.cpu_count()}\n")
-    print("Seconds; each arrow from the entry (rank 0's Python up, before Ray), first and last columns from the "
-          "job's start (sacct, +-1 s).\n")
+    print("Seconds; each arrow from the entry (rank 0's Python up, before Ray); 'first line' is the batch "
+          "script's first command; sacct's start has whole seconds (+-1 s).\n")
     print("| nodes | who | " + " | ".join(COLUMNS) + " | load (1 min) |")
     print("|---:|---|" + "---:|" * len(COLUMNS) + "---:|")
     with tempfile.TemporaryDirectory() as tmp:

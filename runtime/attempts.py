@@ -22,6 +22,8 @@ USR2_LEAD_S = 90
 #: The one grace period: how long the job lets its stage checkpoint after USR2 before it requeues.
 #: The lead less 15 s, so the requeue and the process exit still happen before Slurm's kill.
 STOP_GRACE_S = USR2_LEAD_S - 15
+#: Set by the batch script's first line to its epoch time (seconds, sub-second): the attempt's `batch_start`.
+BATCH_START_ENV = "JOBS_BATCH_START"
 #: A USR2 with at most this much time left came for the time limit, not a preemption (the lead plus
 #: slack for squeue's view of the time left).
 TIME_LIMIT_WINDOW_S = USR2_LEAD_S + 60

@@ -23,7 +23,7 @@ import submitit
 
 from lineage import Store
 from lineage.states import RunState
-from runtime.attempts import STOP_GRACE_S
+from runtime.attempts import BATCH_START_ENV, STOP_GRACE_S
 from runtime.errors import CorruptInput, JobFailed, UpstreamFailed
 from stages.contract import Distributed, Requeue, StageContext
 
@@ -49,6 +49,14 @@ def process_identity(pid: int | None = None) -> dict:
     pid = pid or os.getpid()
     return {"host": socket.gethostname(), "pid": pid, "pgid": os.getpgid(pid),
             "proc_start": proc_start(pid), "boot_id": boot_id()}
+
+
+def _batch_start() -> dict:
+    """{"batch_start": epoch seconds} when the Slurm batch script's first line noted its time."""
+    try:
+        return {"batch_start": float(os.environ[BATCH_START_ENV])}
+    except (KeyError, ValueError):
+        return {}
 
 
 def _own_process_group() -> None:
@@ -179,7 +187,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         from runtime.attempts import close_interrupted
 
         close_interrupted(store, view, attempt)  # an earlier attempt that died without a word
-        store.add_event(run_id, "attempt", attempt=attempt, **process_identity(),
+        store.add_event(run_id, "attempt", attempt=attempt, **process_identity(), **_batch_start(),
                         job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
                         nodes=dist.nodes or [socket.gethostname()], start=time.time())
         store.add_event(run_id, "status", state=RunState.RUNNING)

@@ -20,7 +20,7 @@ from jobs.errors import ExecutorError
 from jobs.executors import Prepared
 from jobs.provenance import PROJECT_ROOT
 from lineage import Store
-from runtime.attempts import USR2_LEAD_S
+from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
 from runtime.entry import StageJob
 
 
@@ -82,6 +82,9 @@ def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, imag
         srun_args += [f"--container-image={image.pyxis}", f"--container-mounts={','.join(mounts)}",
                       f"--container-workdir={code_root}", "--no-container-mount-home"]
         params["setup"] = [f"export PYTHONPATH={shlex.quote(str(code_root))}${{PYTHONPATH:+:$PYTHONPATH}}"]
+    # The script's first command: when the job's own time began (sacct's Start has whole seconds and
+    # includes Slurm's launch); the entry records it with the attempt, bench/ray_boot.py counts from it.
+    params["setup"] = [f"export {BATCH_START_ENV}=$(date +%s.%N)", *params.get("setup", [])]
     srun_args += [str(a) for a in p.srun_args]
     if srun_args:
         params["srun_args"] = srun_args

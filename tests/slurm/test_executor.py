@@ -135,6 +135,10 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_same_run(tmp_path, e
     assert view.state == "SUCCEEDED", view.reason
     assert len(view.attempts) >= 2 and {a["job_id"] for a in view.attempts} == {job}
     assert view.attempts[0]["exit"] == "requeued" and view.attempts[-1]["exit"] == 0
+    # Each attempt ran the batch script again, whose first line noted when (the entry comes after it).
+    starts = [(a["batch_start"], a["start"]) for a in view.attempts]
+    assert all(0 < entry - first < 30 for first, entry in starts), starts
+    assert starts[1][0] > starts[0][1], starts
     progress = (Store(store).run_dir(run) / "progress.log").read_text().splitlines()
     assert progress[0].startswith("attempt 1 starts at step 0")
     assert int(progress[1].split("at step ")[1].split()[0]) >= 4   # resumed, not restarted
