@@ -51,9 +51,16 @@ class LocalExecutor:
                 watch(job, store.run_dir(run_id), spec["stage"], echo)
             except Exception as e:   # a display that fails must not stop the wait for the job
                 echo(f"    (progress display stopped: {type(e).__name__}: {e})")
-            try:
-                job.result()
-            except Exception:
+            while not job.done():   # watch() returns when it does, unless its display failed
+                time.sleep(0.5)
+            # A local job writes its outcome before it exits; without one it was killed (`jobs cancel`,
+            # OOM) and submitit's result() would wait 15 s for the file (its allowance for NFS).
+            if job.paths.result_pickle.exists():
+                try:
+                    job.result()
+                except Exception:
+                    ok = False
+            else:
                 ok = False
             view = store.run(run_id)
             if view.state != RunState.SUCCEEDED:
