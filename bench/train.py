@@ -6,8 +6,8 @@ stage's own metrics.jsonl timestamps: model load and save are not counted; they 
 
     .venv/bin/python bench/train.py [--steps 100] [--threads 2]
 
-Pretrain batches are packed blocks (every token counts); SFT batches are one length bucket each
-(no padding), of which only the answer tokens carry loss: both columns are shown.
+Pretrain batches are packed blocks (every token counts); SFT batches are rows padded on the right
+to the longest (padding counted), of which only the answer tokens carry loss: both columns are shown.
 """
 from __future__ import annotations
 
@@ -71,13 +71,13 @@ def main() -> None:
         loop = loop_seconds(c.run_dir, "pretrain")
         rows.append(("pretrain", args.steps, tokens / loop, tokens / loop, loop, total - loop))
 
-        # sft: the bucket (row length) of each step decides its tokens; answer tokens carry the loss
+        # sft: each step computes on its rows padded to the longest; answer tokens carry the loss
         c = ctx("sft", {"model": model_dir, "data": data["sft"]})
         pairs = [json.loads(x) for x in (data["sft"] / "train.jsonl").read_text().splitlines()]
         enc, masks = sft.encode_pairs(tok, pairs)
-        groups, seed, size = batches.by_length(enc), c.config["seed"], c.config["sft"]["batch_size"]
-        picked = [batches.bucketed(seed, s, groups, size) for s in range(args.steps)]
-        tokens = sum(len(enc[i]) for step in picked for i in step)
+        seed, size = c.config["seed"], c.config["sft"]["batch_size"]
+        picked = [batches.indices(seed, s, len(enc), size) for s in range(args.steps)]
+        tokens = sum(len(step) * max(len(enc[i]) for i in step) for step in picked)   # padding included
         loss_tokens = sum(sum(masks[i]) for step in picked for i in step)
         t0 = time.perf_counter()
         sft.run(c)

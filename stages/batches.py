@@ -13,22 +13,3 @@ def indices(seed: int, step: int, n: int, global_batch: int, rank: int = 0, worl
     per = global_batch // world
     return picked[rank * per:(rank + 1) * per]
 
-
-def by_length(rows: list[list[int]]) -> dict[int, list[int]]:
-    """Indices grouped by token length, for padding-free batches."""
-    groups: dict[int, list[int]] = {}
-    for i, r in enumerate(rows):
-        groups.setdefault(len(r), []).append(i)
-    return groups
-
-
-def bucketed(seed: int, step: int, groups: dict[int, list[int]], global_batch: int,
-             rank: int = 0, world: int = 1) -> list[int]:
-    """A global batch drawn from one length bucket (chosen in proportion to its size), split by rank."""
-    rng = random.Random(seed * 1_000_003 + step)
-    lengths = sorted(groups)
-    length = rng.choices(lengths, weights=[len(groups[k]) for k in lengths])[0]
-    pool = groups[length]
-    picked = [pool[rng.randrange(len(pool))] for _ in range(global_batch)]
-    per = global_batch // world
-    return picked[rank * per:(rank + 1) * per]

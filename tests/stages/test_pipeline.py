@@ -103,10 +103,10 @@ def test_trackers_wrote_wandb_offline_and_tensorboard_files(pipeline):
     sft = latest(pipeline, "sft")
     losses = [json.loads(line)["sft/loss"] for line in (pipeline.run_dir(sft.id) / "metrics.jsonl").read_text().splitlines()
               if "sft/loss" in line]
-    # Each step's batch is one length bucket, so single values jump; compare averages. Seed 1234: 1.58
-    # -> 0.53 (bench/tiny.py's run); the slipped carries (data.sft_carry_slips) leave label noise the
-    # loss cannot go below, so it falls about 3x where clean answers let it fall further.
-    assert sum(losses[-5:]) / 5 < sum(losses[:3]) / 3 / 2.5
+    # Steps 50-150 average ~1.1, the last five ~0.1 (seeds 1234, 7, 42, 99, 2024, 5 on an Intel Xeon
+    # host, 2026-11-25): the slipped carries (data.sft_carry_slips) leave label noise the loss cannot
+    # go below. A run stuck before the step where the sums click (~350-550) ends near 0.6-0.9.
+    assert sum(losses[-5:]) / 5 < sum(losses[:3]) / 3 / 5
 
 
 def test_tensorboard_holds_the_loss_curve(pipeline):

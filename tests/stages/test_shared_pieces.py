@@ -39,11 +39,26 @@ def test_batches_depend_only_on_seed_and_step_and_ranks_split_the_global_batch()
     assert batches.indices(7, 42, 1000, 8, 0, 2) + batches.indices(7, 42, 1000, 8, 1, 2) == whole
     with pytest.raises(ValueError, match="does not split"):
         batches.indices(7, 42, 1000, 8, 0, 3)
-    rows = [[1] * random.Random(i).randint(3, 6) for i in range(100)]
-    groups = batches.by_length(rows)
-    picked = batches.bucketed(7, 5, groups, 16)
-    assert len({len(rows[i]) for i in picked}) == 1                # one length: no padding
-    assert batches.bucketed(7, 5, groups, 16, 1, 2) == picked[8:]
+
+
+def test_sft_batches_padded_on_the_right_give_each_row_its_unpadded_loss(tmp_path):
+    """SFT pads rows of different lengths on the right, with no attention mask: causal attention keeps
+    the padding out of every real token's logits, so the batch loss is the loss of the rows alone."""
+    import torch
+
+    from stages import lm, sft
+    from stages.losses import causal_lm_loss
+
+    folder = _small_model(tmp_path)
+    tok, model = lm.load_tokenizer(folder), lm.load_model(folder).eval()
+    rows, masks = sft.encode_pairs(tok, [{"prompt": "1+2=", "answer": "3"}, {"prompt": "45+9=", "answer": "54"},
+                                         {"prompt": "59+55=", "answer": "114"}])
+    ids, mask = sft.pad_right(rows, masks, tok.pad_token_id)
+    assert ids.shape == (3, max(len(r) for r in rows)) and mask.sum() == sum(map(sum, masks))
+    with torch.no_grad():
+        batch = causal_lm_loss(model, ids, None, mask, tokens=float(sum(sum(m[1:]) for m in masks)))
+        alone = [causal_lm_loss(model, torch.tensor([r]), None, torch.tensor([m]), tokens=1.0) for r, m in zip(rows, masks)]
+    assert batch.item() == pytest.approx(sum(a.item() for a in alone) / sum(sum(m[1:]) for m in masks), abs=1e-6)
 
 
 def test_pack_keeps_every_token_in_order_of_a_shuffle_and_cuts_full_blocks():
