@@ -20,17 +20,17 @@ from helpers import run_jobs
 pytestmark = pytest.mark.slow
 
 # (greedy exact match, pass@1) gains over the SFT model a method must beat on seed 1234. Measured gains
-# (bench/rl_seeds.py, 2026-11-25, idle machine), seeds 1234 / 7 / 42:
-#   grpo         greedy +0.250 / +0.298 / +0.212, pass@1 +0.250 / +0.225 / +0.219 (std 0.043 / 0.017)
-#   dpo          greedy +0.250 / +0.294 / +0.216, pass@1 +0.234 / +0.211 / +0.194 (std 0.039 / 0.020)
-#   dpo_offline  greedy +0.212 / +0.268 / +0.192, pass@1 +0.142 / +0.132 / +0.120 (std 0.039 / 0.011)
-#   grpo_rm      greedy +0.162 / +0.242 / +0.126, pass@1 +0.172 / +0.173 / +0.118 (std 0.059 / 0.031;
-#                2026-11-25 11:32, after stages/rm.py took the likelihood of the stripped answer: before,
-#                seed 42's reward model rated a bare "1" above the right sum and GRPO collapsed, -0.684)
-# The noise of one evaluation of a fixed model: greedy on 500 prompts, binomial standard error at most 0.022.
-# Training is bit-deterministic on one host, but not across CPUs: these were measured on an AMD EPYC
-# host; on an Intel Xeon (2026-11-24) seed 1234's SFT model was 0.520 greedy and GRPO gained +0.066.
-MARGINS = {"grpo": (0.10, 0.10), "dpo": (0.10, 0.10), "dpo_offline": (0.10, 0.07), "grpo_rm": (0.08, 0.08)}
+# (bench/rl_seeds.py, 2026-11-25 13:39-13:57 UTC, Intel Xeon host, load < 2.5), seeds 1234 / 7 / 42:
+#   grpo         greedy +0.322 / +0.306 / +0.306, pass@1 +0.264 / +0.244 / +0.244 (std 0.009 / 0.011)
+#   dpo          greedy +0.314 / +0.306 / +0.306, pass@1 +0.256 / +0.251 / +0.240 (std 0.005 / 0.008)
+#   dpo_offline  greedy +0.312 / +0.274 / +0.296, pass@1 +0.226 / +0.159 / +0.203 (std 0.019 / 0.034)
+#   grpo_rm      greedy +0.156 / +0.196 / +0.286, pass@1 +0.098 / +0.137 / +0.216 (std 0.067 / 0.060)
+# The seeds' SFT models: greedy 0.664 / 0.648 / 0.674. The noise of one evaluation of a fixed model:
+# greedy on 500 prompts, binomial standard error at most 0.022. Training is bit-deterministic on one
+# host but not across CPUs, so each margin sits well under the smallest gain (another host's seed 1234
+# is another draw) and well over the noise; GRPO on the reward model varies most by seed, and its
+# pass@1 margin is the thinnest (0.05 against +0.098 here).
+MARGINS = {"grpo": (0.20, 0.15), "dpo": (0.20, 0.15), "dpo_offline": (0.15, 0.10), "grpo_rm": (0.08, 0.05)}
 
 
 def results(store, model: str) -> dict:
@@ -68,8 +68,7 @@ def assert_lifts(store, method: str, view) -> None:
 def test_grpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     rl = rl_run(pipeline, **{"algorithm": "grpo", "reward.kind": "verifier", "generation.backend": "hf"})
     assert_lifts(pipeline, "grpo", rl)
-    # The rollouts' mean reward rose over the run (seed 1234: first 20 steps 0.704, last 20 0.884), and
-    # so did greedy validation on 200 held-out prompts (0.665 -> 0.93).
+    # The rollouts' mean reward rose over the run, and so did greedy validation on 200 held-out prompts.
     rewards = metric_lines(pipeline, rl, "rl/reward_mean")
     assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.08
     val = metric_lines(pipeline, rl, "rl/val_accuracy")
@@ -82,8 +81,15 @@ def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     assert r.code == 0, r.out + r.err
     view = rl_run(pipeline, **{"algorithm": "dpo", "dpo.pairs": "on_policy"})
     assert_lifts(pipeline, "dpo", view)
-    # The policy ranks the chosen rollout above the rejected one (implicit reward) by the end (0.559).
-    assert sum(metric_lines(pipeline, view, "rl/reward_accuracy")[-10:]) / 10 > 0.5
+    # Its rollouts got better (mean reward, first 20 steps -> last 20, seeds 1234 / 7 / 42: 0.834 -> 0.975,
+    # 0.794 -> 0.963, 0.818 -> 0.985), so fewer groups disagree and fewer pairs are left to train on
+    # (first 10 steps 69 / 74 / 61 a step, last 10: 10 / 18 / 9). The implicit reward's accuracy on the
+    # pairs is not asserted: on-policy, each step's rejected answer is one the policy still samples,
+    # which keeps it near 0.5 (0.45-0.60 over the last 10 steps).
+    rewards = metric_lines(pipeline, view, "rl/reward_mean")
+    assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.08
+    pairs = metric_lines(pipeline, view, "rl/pairs")
+    assert sum(pairs[-10:]) < sum(pairs[:10]) / 2.5
 
 
 def test_offline_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
@@ -109,7 +115,7 @@ def test_grpo_on_the_reward_model_raises_held_out_accuracy_and_keeps_answering_w
     answers = [json.loads(line)["response"].strip() for line in last.read_text().splitlines()]
     assert last.name == "step_000120.jsonl" and len(answers) == 200
     assert all(a.isdigit() and len(a) <= 3 for a in answers), [a for a in answers if not (a.isdigit() and len(a) <= 3)]
-    # It trained on the reward model's raw scores (-4.5 to -3.4 on seed 1234), not on the verifier's 0/1.
+    # It trained on the reward model's raw scores (negative on seed 1234), not on the verifier's 0/1.
     assert min(metric_lines(pipeline, view, "rl/reward_mean")) < 0
 
 
