@@ -12,8 +12,8 @@ Each global batch is drawn uniformly from all rows and padded on the right (loss
 Batches of one token length each (no padding) were tried and dropped: a row's length includes its
 answer, so a bucket held only two-digit or only three-digit sums, the gradient swung with the
 bucket, and whether held-out accuracy rose within the step budget depended on the seed and the CPU
-(greedy 0.11 to 0.57 over seeds and thread counts on one host). Batches are a pure function of (seed, step), so the data
-position is the step number.
+(greedy 0.11 to 0.57 over seeds and thread counts on one host). Batches are a pure function of
+(seed, step), so the data position is the step number.
 """
 from __future__ import annotations
 
