@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 ONE_SEED = r'''
 import json, sys
@@ -54,8 +55,10 @@ print(json.dumps({"right": [a == r["answer"] for a, r in zip(answers, rows)], "p
 
 
 def carries(prompt: str) -> bool:
-    a, b = prompt.rstrip("=").split("+")
-    return int(a) % 10 + int(b) % 10 >= 10
+    """Whether the held-out prompt "a+b=" is one of the sums the SFT data's slip is about."""
+    from stages.data import _carries
+
+    return _carries(*map(int, prompt.rstrip("=").split("+")))
 
 
 def main() -> None:
