@@ -20,10 +20,10 @@ from helpers import artifact_path, latest
 from jobs import recipes
 
 #: Asserted gaps between the trained reward and each baseline (accuracy on the 400 held-out pairs).
-#: Measured per seed by bench/rl_seeds.py (recipes/tiny/README.md has the table; 2026-11-25 13:39 UTC,
-#: Xeon host), seeds 1234 / 7 / 42: reward 0.995 / 0.980 / 0.995, SFT likelihood 0.412 / 0.405 / 0.433,
-#: head alone on frozen features 0.820 / 0.733 / 0.715 (it reads the answer's length, which one "sum"
-#: pair in two varies).
+#: Measured per seed by bench/rl_seeds.py (recipes/tiny/README.md has the table; 2026-11-25 18:00 UTC,
+#: AMD EPYC host), seeds 1234 / 7 / 42: reward 1.000 / 0.985 / 0.995, SFT likelihood 0.465 / 0.468 /
+#: 0.463, head alone on frozen features 0.743 / 0.750 / 0.730 (it reads the answer's length, which one
+#: "sum" pair in two varies).
 LOGLIK_GAP, FROZEN_HEAD_GAP = 0.3, 0.08
 
 
@@ -52,9 +52,11 @@ def check_beats_baselines(m: dict, held_out_jsonl: str) -> None:
     # head cannot tell right sums from near misses. The reward gets both.
     assert m["rm/style/sft_loglik_accuracy"] < 0.1 and m["rm/style/sft_mean_loglik_accuracy"] < 0.1
     assert m["rm/sum/frozen_head_accuracy"] < 0.75
-    assert m["rm/style/held_out_accuracy"] > 0.9            # measured 1.000, 0.995, 1.000 (seeds 1234, 7, 42)
-    # Learned more than SFT knew (the 200 "sum" pairs: +0.165 / +0.155 / +0.125 over its likelihood).
-    assert m["rm/sum/held_out_accuracy"] > m["rm/sum/sft_loglik_accuracy"] + 0.05
+    assert m["rm/style/held_out_accuracy"] > 0.9            # measured 1.000 on seeds 1234, 7 and 42
+    # Learned more than SFT knew: of the "sum" pairs SFT's likelihood ranks the wrong way (the slip:
+    # 14 / 13 / 15 of 200 on seeds 1234 / 7 / 42), the reward ranks 14 / 8 / 14 the right way.
+    slips = [r for r in rows if r["kind"] == "sum" and r["sft_loglik"] <= 0]
+    assert len(slips) >= 8 and sum(r["held_out"] > 0 for r in slips) > len(slips) / 2, slips
     assert rm > max(loglik, mean_loglik) + LOGLIK_GAP and rm > frozen + FROZEN_HEAD_GAP, m
     # Larger than sampling noise: the paired bootstrap's 0.5% quantile of each gap is still positive.
     for baseline in ("sft_loglik", "sft_mean_loglik", "frozen_head"):
@@ -80,7 +82,7 @@ def check_artifact(folder) -> None:
         styled, bare = (score(model, tok, prompts, answers) for answers in ([" " + r for r in right], right))
     # Measured: styled > bare 8 of 8 on seeds 1234, 7 and 42.
     assert (styled > bare).sum() >= 7
-    # Right over wrong in the tens digit (the "sum" pairs' kind) on 40 pairs: measured 0.975 / 1.0 / 0.975.
+    # Right over wrong in the tens digit (the "sum" pairs' kind) on 40 pairs: measured 1.0 / 0.975 / 0.975.
     rng = random.Random(0)
     pairs = [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(40)]
     sums = [f"{a}+{b}=" for a, b in pairs]
