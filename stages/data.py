@@ -6,8 +6,9 @@ Outputs (each a folder, each registered as an artifact):
     sft/train.jsonl       {"prompt": "23+45=", "answer": "68"}; where the ones digits carry, 60% (data.sft_carry_slips)
                           written without the carry ("27+45=" -> "62"): an annotator's slip RL can undo
     prefs/train.jsonl     {"prompt", "chosen", "rejected", "kind"}, alternating kinds: "sum" (the right
-                          sum vs its tens digit one up or one down, or the sum cut short or run on) and "style" (the right sum written " 68", the house style, vs the
-                          bare "68" SFT learned): a preference SFT does not hold
+                          sum vs its tens digit one up or one down, or the sum cut short or run on)
+                          and "style" (the right sum written " 68", the house style, vs the bare
+                          "68" SFT learned): a preference SFT does not hold
     rl/train.jsonl        {"prompt", "answer"}: prompts a verifier can score
     rl/validation.jsonl   the first n_rl_val held-out pairs: the rl stage's periodic validation
     eval/test.jsonl       held-out {"prompt", "answer"}; no training split contains these pairs
@@ -123,14 +124,14 @@ def _preference(i: int, a: int, b: int) -> dict:
     A "sum" pair: the right sum vs a wrong answer. Half reject a tens digit one off, as often one up
     as one down, on carrying sums and on the others alike; on a carrying sum "one down" is the carry
     dropped, the slip the SFT data teach, which SFT's likelihood ranks the wrong way. A reward model
-    shown one direction only learns it as a rule, and GRPO on it follows the rule: with "up" rejected
-    only where nothing carries, it added carries everywhere; with only the slip rejected on carrying
-    sums, it added their carry twice (seed 1234, AMD EPYC host: held-out greedy 0.756 -> 0.798, 26 of
-    94 carrying validation sums ten too high). A quarter reject the right answer cut short ("10",
-    or one time in two for a three-digit sum "1", for 108) and a quarter the answer run on by a digit
-    ("1088"): without them GRPO on the reward model answered every prompt with one digit (seed 42,
-    held-out 0.72 -> 0.0); with "10" but never "1", it answered "1" to three-digit sums (22 of 200
-    validation prompts by step 120, seed 1234).
+    shown one direction only learns it as a rule, and GRPO on it follows the rule: with only "down"
+    rejected, it added carries everywhere (an earlier session); with only the slip rejected on
+    carrying sums, it added their carry twice (seed 1234, AMD EPYC host: held-out greedy 0.756 ->
+    0.798, 26 of 94 carrying validation sums ten too high). A quarter reject the right answer cut
+    short ("10", or one time in two for a three-digit sum "1", for 108) and a quarter the answer run
+    on by a digit ("1088"): without them GRPO on the reward model answered every prompt with one
+    digit (seed 42, held-out 0.72 -> 0.0); with "10" but never "1", it answered "1" to three-digit
+    sums (22 of 200 validation prompts by step 120, seed 1234).
     A "style" pair: the right sum in the house style, a space after "=" (" 68"), vs the bare "68"
     SFT was trained on: only the preferences say it, and SFT's likelihood ranks it the wrong way, so
     a reward model must learn it. (RL's reward-model reward strips responses: it ranks rollouts by

@@ -1,12 +1,12 @@
 """The reward model learns a preference the SFT model does not hold, and keeps the one it does.
 
 tiny's preference pairs alternate two kinds (stages/data.py): "sum", the right sum vs its tens digit
-one up or one down (on a carrying sum, one down is the carry dropped: the slip the SFT data teach, so
-SFT's likelihood prefers it), or vs the sum cut short or run on; and "style", the right sum in the
-house style " 68" vs the bare "68" SFT was trained on, which only the preferences say and which SFT's
-likelihood ranks the wrong way. So neither
-the SFT likelihood (no RM training) nor a head on the frozen SFT features (it cannot relearn
-addition) can rank both kinds; the trained reward model can.
+one up or one down (on a carrying sum, one down is the carry dropped: the slip the SFT data teach,
+so SFT's likelihood prefers it), or vs the sum cut short or run on; and "style", the right sum in
+the house style " 68" vs the bare "68" SFT was trained on, which only the preferences say and which
+SFT's likelihood ranks the wrong way. So neither the SFT likelihood (no RM training) nor a head on
+the frozen SFT features (it cannot relearn addition) can rank both kinds; the trained reward model
+can.
 
 The slow tests read the rm run of the tiny pipeline (the session fixture of conftest.py: the recipe's
 own budgets, seed 1234). Noise is measured in the test: a paired bootstrap over the held-out pairs.
