@@ -24,5 +24,13 @@ for p in "$venv" "$bridge" "$system"; do wait "$p" || failed=1; done
 rm -rf "$logs"
 trap - EXIT
 cd "$root"
+# Two workers (pytest-xdist): most tests wait on a single-threaded `jobs` process or on Slurm, so the
+# second core would idle; tests/conftest.py keeps on one worker what must share one (the pipeline
+# fixture, the Slurm cluster, each module's fixtures). JOBS_TEST_WORKERS=0 runs them in this process.
+# OMP_WAIT_POLICY=PASSIVE: with two tests training side by side, torch's OpenMP threads that spin at
+# each barrier take the core the other needs (bench/README.md: 3.5-6x slower); passive threads sleep.
+# It changes waiting only, not the arithmetic.
+[ "${JOBS_TEST_WORKERS:-2}" = 0 ] || export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 # --durations: every run names its slowest tests (where the suite's time goes).
-exec "$root/.venv/bin/python" -m pytest -ra --durations=30 "$@"
+exec "$root/.venv/bin/python" -m pytest -n "${JOBS_TEST_WORKERS:-2}" --no-loadscope-reorder \
+    -ra --durations=30 "$@"

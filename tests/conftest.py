@@ -28,3 +28,47 @@ def data_store(tmp_path_factory) -> Path:
     r = run_jobs(root, "submit", "tiny", "--stage", "data")
     assert r.code == 0, r.err
     return root
+
+
+
+# --- two workers (dev/test.sh runs pytest-xdist with -n 2) -------------------------------------------
+# Most of the suite waits on one single-threaded `jobs` process or on Slurm, so a second worker fills
+# the idle core. Some tests must share a worker, and the scheduler sees only test IDs, so a test's
+# group follows from its ID: the tests reading the tiny pipeline (PIPELINE: one build of the session
+# fixture), every test under tests/slurm/ (the dev cluster's two nodes: a test that counts pending
+# reasons, nodes or requeues must not see another test's jobs), and otherwise each module (its module
+# fixtures are built once). The two long groups go first, one to each worker. Collection checks that
+# a test using the pipeline or the cluster sits where its group says.
+PIPELINE = ("tests/stages/test_pipeline.py", "tests/stages/test_rl.py", "tests/stages/test_rm.py",
+            "tests/stages/test_rl_pieces.py")
+FIRST = ("pipeline", "slurm")
+
+
+def group_of(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/slurm/"):
+        return "slurm"
+    return "pipeline" if path in PIPELINE else path
+
+
+def pytest_collection_modifyitems(config, items):
+    misplaced = [item.nodeid for item in items
+                 if "pipeline" in item.fixturenames and group_of(item.nodeid) != "pipeline"
+                 or (item.get_closest_marker("slurm") or "slurm_cluster" in item.fixturenames)
+                 and group_of(item.nodeid) != "slurm"]
+    if misplaced:
+        raise pytest.UsageError("tests/conftest.py: these tests use the tiny pipeline or the Slurm cluster but "
+                                "their file is not in that group (PIPELINE, tests/slurm/): " + ", ".join(misplaced))
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(FIRST)))   # stable: the rest keep their order
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist's own choice of scheduler
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return ByGroup(config, log)

@@ -92,7 +92,7 @@ def test_nano3_chain_at_toy_scale_on_the_dev_cluster(tmp_path, slurm_cluster):
     make.base_model(src)
     profiles = tmp_path / "profiles.yaml"
     # One node per stage: a profile sets nodes for every stage, and the non-Ray prep stages would run
-    # once per node (prep_pretrain's two-node Ray run is tests/stages/test_prep.py's).
+    # once per node (prep_pretrain's two-node Ray run is tests/slurm/test_prep_on_slurm.py's).
     profiles.write_text("dev: {partition: debug, containers: false, nodes: 1, gpus_per_node: 0, cpus_per_task: 2, "
                         "mem_gb: 4, time: 30}\n")
     env = {"JOBS_PROFILES": str(profiles)}

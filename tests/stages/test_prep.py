@@ -280,37 +280,6 @@ def test_bad_prep_config_is_refused_at_submit_in_one_line(store_path, stage, ove
     assert tree_digest(store_path) == before
 
 
-@pytest.mark.slurm
-def test_prep_pretrain_on_two_slurm_nodes_tokenizes_on_both(tmp_path):
-    """The recipe's 2-node allocation on the dev cluster: Ray tasks SPREAD over both nodes, same tokens."""
-    import time
-
-    up = Path(__file__).parents[2] / "dev" / "slurm" / "up.sh"
-    p = subprocess.run(["bash", str(up)], capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
-    src = tmp_path / "src"
-    make.make(src)
-    profiles = tmp_path / "profiles.yaml"
-    profiles.write_text("dev: {partition: debug, containers: false, cpus_per_task: 2, mem_gb: 2, time: 20}\n")
-    env = {"JOBS_PROFILES": str(profiles)}
-    store = tmp_path / "store"
-    r = run_jobs(store, "submit", "nano3", "--stage", "prep_pretrain", "--executor", "slurm", "--profile", "dev",
-                 "--allow-unpinned", *QUIET, *make.overrides(src)["prep_pretrain"], env=env)
-    assert r.code == 0, r.out + r.err
-    (run,) = [line.split()[0] for line in r.out.splitlines() if "submitted as Slurm job" in line]
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        run_jobs(store, "status", run, env=env)
-        view = Store(store).run(run)
-        if view.state in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            break
-        time.sleep(2)
-    assert view.state == "SUCCEEDED", (view.state, view.reason)
-    assert view.metrics["prep/ray_nodes"] == 2
-    direct = _direct_docs(src)
-    assert view.metrics["prep/tokens"] == sum(len(d) for docs in direct.values() for d in docs)
-
-
 def test_the_slurm_dry_run_shows_each_prep_stages_plan(store_path):
     r = run_jobs(store_path, "submit", "nano3", "--stage", "prep_pretrain,prep_sft,prep_rl", "--executor", "slurm",
                  "--dry-run")
