@@ -63,7 +63,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(FIRST)))   # stable: the rest keep their order
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist's own choice of scheduler
+@pytest.hookimpl(tryfirst=True, optionalhook=True)   # before xdist's own choice of scheduler
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
