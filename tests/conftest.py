@@ -30,7 +30,6 @@ def data_store(tmp_path_factory) -> Path:
     return root
 
 
-
 # --- two workers (dev/test.sh runs pytest-xdist with -n 2) -------------------------------------------
 # Most of the suite waits on one single-threaded `jobs` process or on Slurm, so a second worker fills
 # the idle core. Some tests must share a worker, and the scheduler sees only test IDs, so a test's
