@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -65,13 +66,18 @@ def test_logs_follow_the_current_attempt_across_a_requeue(tmp_path, slurm_cluste
     slurm_cluster.wait_until("4 counted steps", lambda: state.exists() and json.loads(state.read_text())["step"] >= 4,
                              deadline_s=180)
     follower = subprocess.Popen([JOBS, "--store", str(store), "logs", "-f", run], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+                                stderr=subprocess.DEVNULL, text=True, env={**os.environ, **env})
+    watchdog = threading.Timer(300, follower.kill)
+    watchdog.start()
     try:
         first = follower.stdout.readline()   # attempt 1 is running: its header comes first
         subprocess.run(["scancel", "--signal=USR2", job], check=True)   # what Slurm sends before preemption
-        out, err = follower.communicate(timeout=300)   # -f returns when the run ends
-        out = first + out
+        # The rest from the same buffered reader: communicate() reads the pipe's descriptor and would skip
+        # what readline() had already buffered (a CI run under load lost attempt 1's first lines so).
+        out = first + follower.stdout.read()   # -f returns when the run ends
+        follower.wait()
     finally:
+        watchdog.cancel()
         if follower.poll() is None:
             follower.kill()
             follower.wait()
