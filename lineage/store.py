@@ -6,6 +6,7 @@
     <root>/records/location/<fan>/<art_id>/<id>.json   a later, verified copy of an artifact's files
     <root>/refs/<name>/v000001.json               artifact names, append-only
     <root>/runs/<run_id>/                         the run's folder: logs, outputs, checkpoints
+    <root>/code/<art_id>/, <root>/imports/<id>/   code snapshots, what `jobs add` copied in
 and, per host and never in the shared store (SQLite locking is not safe on NFS or Lustre):
     <cache>/index.sqlite, index.lock              a rebuildable index over records/ and refs/
     <cache>/stat.sqlite                           digests of files already hashed
@@ -25,6 +26,16 @@ socket, device, or a hard link to a writable file outside the artifact is refuse
 nothing is made read-only; then files are made read-only through descriptors opened without
 following links. Verification never opens anything but regular files, so it cannot hang on a FIFO.
 Every record read is checked for its shape, and a damaged file is a `Damaged` error naming it.
+Nothing below the root is written through a symbolic link: `open` refuses a store whose own folders
+are links, and records, run folders and artifacts are reached from the root by descriptors opened
+without following links (`records.open_folder`).
+
+Paths. Records hold the store's own files relative to the root (`locate` reads them, and old
+absolute ones), so a moved or copied store acts on its own files only.
+
+Permissions. The root folder's mode says who may read the store: new folders take their parent's
+mode, artifacts and records get the root's read bits (`share_modes`), so a team store (root group
+TEAM, mode 2770) is readable by the whole group, weights included.
 """
 from __future__ import annotations
 
