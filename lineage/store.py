@@ -409,7 +409,8 @@ class Store:
         loc_id = uuid7()
         file = self.records / "location" / fanout(art_id) / art_id / f"{loc_id}.json"
         write_record(file, {"id": loc_id, "artifact": art_id, "path": self.stored_path(path), "is_dir": path.is_dir(),
-                            "run": run, "time": time.time(), "healed": reason}, root=self.root)
+                            "run": run, "time": time.time(),
+                            "healed": reason.replace(f"{self.root}{os.sep}", "")}, root=self.root)
         os.utime(file.parent.parent)  # as in add_event: the index skips fans with no new location
 
     def remove_artifact_records(self, art_id: str) -> None:
