@@ -92,11 +92,12 @@ def candidates(store: Store, older_than_days: float) -> list[Candidate]:
     return out
 
 
-def collect(store: Store, victims: list[Candidate]) -> int:
+def collect(store: Store, victims: list[Candidate], kept_back: list | None = None) -> int:
     """Delete the artifacts' files and records; returns bytes freed. The index forgets them too.
 
     Only files inside the store are deleted; an artifact registered from elsewhere loses its record
-    but keeps its files. Links are never followed.
+    but keeps its files. Links are never followed. Files this user may not delete (another member's
+    run folder on a team store) keep their record too: (artifact, why) goes to `kept_back`.
     """
     freed = 0
     idx = store.index()
@@ -107,12 +108,17 @@ def collect(store: Store, victims: list[Candidate]) -> int:
         if not inside or (os.path.lexists(path) and idx.shares_path(c.id, c.path)):
             path = None  # outside the store, or another artifact record points at the same files: keep them
         if path is not None and os.path.lexists(path):
-            if path.is_dir():
-                for dirpath, _, _ in os.walk(path):
-                    os.chmod(dirpath, os.lstat(dirpath).st_mode | stat.S_IWUSR)
-                shutil.rmtree(path)
-            else:
-                path.unlink()
+            try:
+                if path.is_dir():
+                    for dirpath, _, _ in os.walk(path):
+                        os.chmod(dirpath, os.lstat(dirpath).st_mode | stat.S_IWUSR)
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            except OSError as e:
+                if kept_back is not None:
+                    kept_back.append((c.id, f"{e.strerror or e}: {e.filename or path}"))
+                continue
         store.remove_artifact_records(c.id)
         idx.forget_artifact(c.id)
         freed += c.size

@@ -57,6 +57,27 @@ def open_folder(root: Path, rel: Path | str, *, create: bool = False) -> int:
         raise
 
 
+def make_folders(folder: Path) -> None:
+    """`mkdir -p`, each new folder with its parent's permission bits (as `open_folder` makes them), so
+    folders made in a team store are the team's whatever the umask."""
+    missing = []
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for f in reversed(missing):
+        try:
+            os.mkdir(f, 0o700)
+        except FileExistsError:
+            continue
+        fd = os.open(f, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, stat.S_IMODE(os.stat(f.parent).st_mode) & 0o3777)
+        finally:
+            os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes, *, exclusive: bool = False, mode: int | None = None,
                  root: Path | None = None) -> bool:
     """Write `data` to `path` through a temp file in the same directory, then rename.
@@ -66,11 +87,11 @@ def atomic_write(path: Path, data: bytes, *, exclusive: bool = False, mode: int 
     returned when someone else got there first. `mode` sets the file's permission bits (a temp
     file is made 0600); a callable gets the folder's mode and returns the file's. With `root` (a store),
     the folders from `root` down to `path` are reached and made without following any link
-    (`open_folder`); without it they are made as `mkdir -p` would.
+    (`open_folder`); without it they are made as `mkdir -p` would, with their parent's mode.
     """
     path = Path(path)
     if root is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(path.parent)
         dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     else:
         dir_fd = open_folder(root, path.parent.relative_to(root), create=True)

@@ -156,7 +156,9 @@ class Store:
             # A creator writes the marker before anything else, so anything else without it is not ours.
             if foreign and not marker.exists():
                 raise StoreUnusable(f"{store.root} is a non-empty folder that is not a jobs store")
-            write_record(marker, {"format": 1, "created": time.time()}, exclusive=True)
+            if write_record(marker, {"format": 1, "created": time.time()}, exclusive=True):
+                for top in ("records", "refs", "runs", "code", "imports"):  # with the root's mode, for a team
+                    store.folder(top)
         except PermissionError as e:
             raise StoreUnusable(f"store path {store.root} is not writable ({e.strerror})") from None
         return store
