@@ -16,10 +16,19 @@ step() {  # step NAME COMMAND...: run, then print its output; its exit status
 }
 step setup "$root/dev/setup.sh" & venv=$!
 step bridge "$root/dev/bridge_venv.sh" & bridge=$!   # megatron-core + Megatron-Bridge on CPU (tests/stages/test_bridge_real.py)
-# chromium + graphviz for the report tests, then the real cluster the Slurm tests run against (none is skipped)
-{ step system_packages "$root/dev/system_packages.sh" && step slurm "$root/dev/slurm/up.sh"; } & system=$!
+# Debian packages (chromium + graphviz for the report tests, Charliecloud, the registry, skopeo,
+# mmdebstrap), then side by side the real cluster the Slurm tests run against and the local TLS
+# registry the container tests pull from (none is skipped).
+{ step system_packages "$root/dev/system_packages.sh" &&
+  { step slurm "$root/dev/slurm/up.sh" & slurm=$!; step registry "$root/dev/containers/registry.sh" || exit 1
+    wait "$slurm"; }; } & system=$!
 failed=0
-for p in "$venv" "$bridge" "$system"; do wait "$p" || failed=1; done
+for p in "$venv" "$system"; do wait "$p" || failed=1; done
+# The image (Debian's Python + the stages' libraries at .venv's versions), pushed, pinned in the machine's
+# lock and imported for Charliecloud: it needs .venv, the packages and the registry; once per set-up.
+image=
+[ "$failed" = 0 ] && { step image "$root/dev/containers/image.sh" & image=$!; }
+for p in "$bridge" $image; do wait "$p" || failed=1; done
 [ "$failed" = 0 ] || { echo "dev/test.sh: set-up failed (see above)" >&2; exit 1; }
 rm -rf "$logs"
 trap - EXIT

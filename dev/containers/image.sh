@@ -23,6 +23,26 @@ jobs=("$venv/bin/python" -m jobs.cli)
 export PYTHONPATH=$root JOBS_CONTAINERS_LOCK=$dev_lock
 mkdir -p "$image_dir" "$sqsh_dir"
 
+ready() {  # what others on this machine need to use the image: $ready_dir/READY
+  local sqsh
+  sqsh=$("$venv/bin/python" -c 'import sys; from jobs import containers as c
+print(sys.argv[1] + "/" + c.squashfs_name(c.resolve("tiny-cpu")))' "$sqsh_dir")
+  mkdir -p "$ready_dir"
+  cat >"$ready_dir/READY.tmp" <<TXT
+image:      $registry_addr/$repo@$1   (tag $tag; built $(date -u +%FT%TZ) by $root/dev/containers/image.sh)
+registry:   https://$registry_addr  (Debian docker-registry, TLS; its CA is in the system trust store)
+CA:         $ca_dir/ca.crt
+dev lock:   export JOBS_CONTAINERS_LOCK=$dev_lock   (laid over containers/containers.lock; tiny-cpu pinned there)
+squashfs:   $sqsh
+run:        USER=root ch-run -b SRC:DST $sqsh -- python3 ...
+import:     jobs containers import tiny-cpu --runtime charliecloud --dir $sqsh_dir
+            (python: jobs.containers.squashfs_for(image, folder, runtime="charliecloud") -> Path; imports when missing)
+profile:    container_runtime: pyxis|charliecloud
+rebuild:    $root/dev/containers/image.sh   (once per set-up: a stamp in $image_dir)
+TXT
+  mv "$ready_dir/READY.tmp" "$ready_dir/READY"
+}
+
 requirements=$("$venv/bin/python" "$here/requirements.py")
 key=$( { cat "$here/image.sh" "$here/env.sh" "$here/requirements.py"; echo "$requirements"; } | sha256sum | cut -c1-16)
 stamp=$image_dir/built-$key
@@ -31,6 +51,7 @@ if [ -f "$stamp" ]; then
   served=$(skopeo inspect --format '{{.Digest}}' "docker://$registry_addr/$repo@$digest" 2>/dev/null || true)
   if [ "$served" = "$digest" ] && "${jobs[@]}" containers list | grep -q "@$digest"; then
     "${jobs[@]}" containers import tiny-cpu --runtime charliecloud --dir "$sqsh_dir"
+    ready "$digest"
     exit 0
   fi
 fi
@@ -48,8 +69,8 @@ echo "image: rootfs after $((SECONDS - t0)) s"
 
 # The wheels: resolved on the host by the .venv's pip (its indexes and local files), kept between builds.
 echo "$requirements" >"$build/requirements.txt"
-"$venv/bin/pip" wheel -q --no-deps --no-cache-dir -r "$build/requirements.txt" -w "$image_dir/wheels" 2>&1 \
-  | grep -v "is ignored: it is neither a file nor a directory" || true
+"$venv/bin/pip" wheel -q --no-deps -r "$build/requirements.txt" -w "$image_dir/wheels" >"$build/pip.log" 2>&1 ||
+  { grep -v "is ignored: it is" "$build/pip.log" >&2; exit 1; }
 echo "image: wheels after $((SECONDS - t0)) s"
 
 # Install inside the rootfs with its own pip, offline, the wheels bound in a private mount namespace
@@ -59,9 +80,9 @@ mkdir -p "$build/rootfs/mnt/wheels"
 cp "$build/requirements.txt" "$build/rootfs/tmp/requirements.txt"
 unshare --mount --propagation private -- sh -euc '
   mount --bind "$1/wheels" "$2/mnt/wheels"
-  chroot "$2" python3 -m pip install -q --no-index --find-links /mnt/wheels --no-deps --no-compile \
+  chroot "$2" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root PIP_CONFIG_FILE=/dev/null python3 -m pip install -q --no-index --find-links /mnt/wheels --no-deps --no-compile \
     --no-cache-dir --break-system-packages --root-user-action=ignore -r /tmp/requirements.txt
-  chroot "$2" python3 -c "import torch, transformers, tokenizers, safetensors, numpy, ray, wandb, tensorboard, datasets
+  chroot "$2" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root python3 -c "import torch, transformers, tokenizers, safetensors, numpy, ray, wandb, tensorboard, datasets
 import importlib.util as u
 extra = [m for m in (\"submitit\", \"hydra\", \"omegaconf\", \"cloudpickle\", \"jobs\") if u.find_spec(m)]
 assert not extra, extra
@@ -83,4 +104,5 @@ rm -rf "$build"
 "${jobs[@]}" containers pin tiny-cpu --digest "$digest" --image "$ref"
 "${jobs[@]}" containers import tiny-cpu --runtime charliecloud --dir "$sqsh_dir"
 echo "image: built, pushed, pinned and imported in $((SECONDS - t0)) s"
+ready "$digest"
 echo "$digest" >"$stamp.tmp" && mv "$stamp.tmp" "$stamp"
