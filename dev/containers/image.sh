@@ -23,26 +23,6 @@ jobs=("$venv/bin/python" -m jobs.cli)
 export PYTHONPATH=$root JOBS_CONTAINERS_LOCK=$dev_lock
 mkdir -p "$image_dir" "$sqsh_dir"
 
-ready() {  # what others on this machine need to use the image: $ready_dir/READY
-  local sqsh
-  sqsh=$("$venv/bin/python" -c 'import sys; from jobs import containers as c
-print(sys.argv[1] + "/" + c.squashfs_name(c.resolve("tiny-cpu")))' "$sqsh_dir")
-  mkdir -p "$ready_dir"
-  cat >"$ready_dir/READY.tmp" <<TXT
-image:      $registry_addr/$repo@$1   (tag $tag; built $(date -u +%FT%TZ) by $root/dev/containers/image.sh)
-registry:   https://$registry_addr  (Debian docker-registry, TLS; its CA is in the system trust store)
-CA:         $ca_dir/ca.crt
-dev lock:   export JOBS_CONTAINERS_LOCK=$dev_lock   (laid over containers/containers.lock; tiny-cpu pinned there)
-squashfs:   $sqsh
-run:        USER=root ch-run -b SRC:DST $sqsh -- python3 ...
-import:     jobs containers import tiny-cpu --runtime charliecloud --dir $sqsh_dir
-            (python: jobs.containers.squashfs_for(image, folder, runtime="charliecloud") -> Path; imports when missing)
-profile:    container_runtime: pyxis|charliecloud
-rebuild:    $root/dev/containers/image.sh   (once per set-up: a stamp in $image_dir)
-TXT
-  mv "$ready_dir/READY.tmp" "$ready_dir/READY"
-}
-
 requirements=$("$venv/bin/python" "$here/requirements.py")
 key=$( { cat "$here/image.sh" "$here/env.sh" "$here/requirements.py"; echo "$requirements"; } | sha256sum | cut -c1-16)
 stamp=$image_dir/built-$key
@@ -51,7 +31,7 @@ if [ -f "$stamp" ]; then
   served=$(skopeo inspect --format '{{.Digest}}' "docker://$registry_addr/$repo@$digest" 2>/dev/null || true)
   if [ "$served" = "$digest" ] && "${jobs[@]}" containers list | grep -q "@$digest"; then
     "${jobs[@]}" containers import tiny-cpu --runtime charliecloud --dir "$sqsh_dir"
-    ready "$digest"
+    "$here/ready.sh" "$digest"
     exit 0
   fi
 fi
@@ -104,5 +84,5 @@ rm -rf "$build"
 "${jobs[@]}" containers pin tiny-cpu --digest "$digest" --image "$ref"
 "${jobs[@]}" containers import tiny-cpu --runtime charliecloud --dir "$sqsh_dir"
 echo "image: built, pushed, pinned and imported in $((SECONDS - t0)) s"
-ready "$digest"
+"$here/ready.sh" "$digest"
 echo "$digest" >"$stamp.tmp" && mv "$stamp.tmp" "$stamp"
