@@ -16,19 +16,22 @@ step() {  # step NAME COMMAND...: run, then print its output; its exit status
 }
 step setup "$root/dev/setup.sh" & venv=$!
 step bridge "$root/dev/bridge_venv.sh" & bridge=$!   # megatron-core + Megatron-Bridge on CPU (tests/stages/test_bridge_real.py)
-# Debian packages (chromium + graphviz for the report tests, Charliecloud, the registry, skopeo,
-# mmdebstrap), then side by side the real cluster the Slurm tests run against and the local TLS
-# registry the container tests pull from (none is skipped).
-{ step system_packages "$root/dev/system_packages.sh" &&
-  { step slurm "$root/dev/slurm/up.sh" & slurm=$!; step registry "$root/dev/containers/registry.sh" || exit 1
-    wait "$slurm"; }; } & system=$!
+# Debian packages: chromium + graphviz for the report tests; Charliecloud, the registry, skopeo and
+# mmdebstrap for the container tests (none is skipped). Then side by side: the real Slurm cluster the
+# Slurm tests run against; the local TLS registry and the image's Debian base (dev/containers/).
 failed=0
-for p in "$venv" "$system"; do wait "$p" || failed=1; done
-# The image (Debian's Python + the stages' libraries at .venv's versions), pushed, pinned in the machine's
-# lock and imported for Charliecloud: it needs .venv, the packages and the registry; once per set-up.
+step system_packages "$root/dev/system_packages.sh" || failed=1
+slurm= base=
+if [ "$failed" = 0 ]; then
+  step slurm "$root/dev/slurm/up.sh" & slurm=$!
+  { step registry "$root/dev/containers/registry.sh" && step rootfs "$root/dev/containers/rootfs.sh"; } & base=$!
+fi
+for p in "$venv" $base; do wait "$p" || failed=1; done
+# The image (the stages' libraries at .venv's versions) pushed, pinned in the machine's lock and
+# imported for Charliecloud, once per set-up; it needs .venv, the registry and the base.
 image=
 [ "$failed" = 0 ] && { step image "$root/dev/containers/image.sh" & image=$!; }
-for p in "$bridge" $image; do wait "$p" || failed=1; done
+for p in "$bridge" $slurm $image; do wait "$p" || failed=1; done
 [ "$failed" = 0 ] || { echo "dev/test.sh: set-up failed (see above)" >&2; exit 1; }
 rm -rf "$logs"
 trap - EXIT

@@ -2,7 +2,7 @@
 # Builds the dev cluster's image, pushes it to the local registry, pins its digest in the dev lock and
 # imports it to a squashfs for Charliecloud. Like NVIDIA's images, it holds Debian's Python with the ML
 # libraries installed system-wide (/usr/local) and nothing of our launcher: a job brings that.
-#   rootfs   mmdebstrap: Debian bookworm, python3 (+ pip, venv), from Debian's mirror
+#   rootfs   rootfs.sh: Debian bookworm, python3 (+ pip, venv), mmdebstrap from Debian's mirror
 #   python   pip inside the rootfs (chroot), offline from wheels the project's .venv resolves: the
 #            libraries the stages import at the .venv's exact versions (requirements.py), CPU torch
 #   push     skopeo copy tarball: -> https://$registry_addr/jobs/tiny-cpu:0.1, digest from the registry
@@ -11,6 +11,7 @@
 # Builds once per set-up: a stamp keyed on these scripts and the package list; a second run checks
 # that the registry still serves the pinned digest and the squashfs exists, and does nothing else.
 # Needs: dev/setup.sh (.venv), dev/system_packages.sh, dev/containers/registry.sh. Root.
+# Times: containers/README.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -24,7 +25,7 @@ export PYTHONPATH=$root JOBS_CONTAINERS_LOCK=$dev_lock
 mkdir -p "$image_dir" "$sqsh_dir"
 
 requirements=$("$venv/bin/python" "$here/requirements.py")
-key=$( { cat "$here/image.sh" "$here/env.sh" "$here/requirements.py"; echo "$requirements"; } | sha256sum | cut -c1-16)
+key=$( { cat "$here/image.sh" "$here/rootfs.sh" "$here/env.sh" "$here/requirements.py"; echo "$requirements"; } | sha256sum | cut -c1-16)
 stamp=$image_dir/built-$key
 if [ -f "$stamp" ]; then
   digest=$(cat "$stamp")
@@ -40,11 +41,9 @@ t0=$SECONDS
 build=$image_dir/build
 rm -rf "$build"
 mkdir -p "$build"
-# Docs, man pages and translations are excluded from the rootfs: nothing runs them.
-mmdebstrap --quiet --variant=apt --include=python3,python3-pip,python3-venv,python-is-python3 \
-  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
-  --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-  bookworm "$build/rootfs" http://deb.debian.org/debian
+"$here/rootfs.sh"        # dev/test.sh ran it already, beside dev/setup.sh
+mkdir -p "$build/rootfs"
+tar -C "$build/rootfs" -xf "$image_dir"/base-*.tar
 echo "image: rootfs after $((SECONDS - t0)) s"
 
 # The wheels: resolved on the host by the .venv's pip (its indexes and local files), kept between builds.
@@ -74,7 +73,7 @@ echo "image: python packages after $((SECONDS - t0)) s"
 
 # One layer. Device nodes stay out (a container runtime makes /dev).
 tar -C "$build/rootfs" --numeric-owner --sort=name --exclude='./dev/*' -cf "$build/rootfs.tar" .
-skopeo copy -q --digestfile "$build/digest" "tarball:$build/rootfs.tar" "docker://$ref"
+skopeo copy -q --dest-compress-level 1 --digestfile "$build/digest" "tarball:$build/rootfs.tar" "docker://$ref"
 digest=$(cat "$build/digest")
 served=$(skopeo inspect --format '{{.Digest}}' "docker://$ref")
 [ "$served" = "$digest" ] || { echo "image.sh: pushed $digest but $ref serves $served" >&2; exit 1; }

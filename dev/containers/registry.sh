@@ -19,8 +19,9 @@ if [ ! -s "$ca_dir/registry.crt" ]; then
     -CAcreateserial -days 3650 -extfile "$ca_dir/ext.cnf" -out "$ca_dir/registry.crt" 2>/dev/null
   chmod 600 "$ca_dir/ca.key" "$ca_dir/registry.key"
 fi
-if ! cmp -s "$ca_dir/ca.crt" /usr/local/share/ca-certificates/jobs-dev-ca.crt; then
-  cp "$ca_dir/ca.crt" /usr/local/share/ca-certificates/jobs-dev-ca.crt
+trusted=/usr/local/share/ca-certificates/jobs-dev-$(echo "$dev" | sha256sum | cut -c1-8).crt
+if ! cmp -s "$ca_dir/ca.crt" "$trusted"; then
+  cp "$ca_dir/ca.crt" "$trusted"
   update-ca-certificates >/dev/null 2>&1
 fi
 if curl -fsS --cacert "$ca_dir/ca.crt" "https://$registry_addr/v2/" >/dev/null 2>&1; then

@@ -86,6 +86,13 @@ def test_cli_list_and_errors(tmp_path):
                       (["import", "nemo", "--runtime", "charliecloud", "--dry-run"], "not pinned")):
         r = run_jobs(tmp_path / "s", "containers", *args, env={"JOBS_CONTAINERS_LOCK": ""})
         assert r.code == 2 and msg in r.err and len(r.err.strip().splitlines()) == 1
+    mine = {"JOBS_CONTAINERS_LOCK": str(tmp_path / "mine.lock")}
+    assert run_jobs(tmp_path / "s", "containers", "pin", "nemo", "--digest", "sha256:" + "ab" * 32, env=mine).code == 0
+    for args, msg in ((["import", "nemo", "--dir", str(tmp_path / "sq")], "enroot is not installed"),
+                      (["import", "nemo", "--runtime", "charliecloud", "--srun"], "go with --runtime pyxis")):
+        r = run_jobs(tmp_path / "s", "containers", *args, env=mine)
+        assert r.code == 2 and msg in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert not list((tmp_path / "sq").glob("*.sqsh"))
 
 
 # --- real registries and Charliecloud ------------------------------------------------------------
