@@ -189,6 +189,16 @@ def _sha256(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def _json(path: Path, image: Image) -> dict:
+    try:
+        value = json.loads(path.read_bytes())
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ExecutorError(f"{image.reference}: the registry's {path.name} is not a JSON object; nothing imported")
+    return value
+
+
 def check_pulled(dlcache: Path, image: Image) -> None:
     """Refuse what ch-image fetched unless it is the pinned image: the manifest (or the index that
     lists it) hashes to the pinned digest, and the config and every layer hash to what the manifest
@@ -199,12 +209,14 @@ def check_pulled(dlcache: Path, image: Image) -> None:
         raise ExecutorError(f"ch-image pull of {image.reference} left {len(skinny)} manifests, expected 1")
     got = _sha256(skinny[0])
     if got != image.digest:
-        index = json.loads(fat[0].read_bytes()) if fat and _sha256(fat[0]) == image.digest else {}
-        if got not in {m.get("digest") for m in index.get("manifests", [])}:
-            served = _sha256(fat[0]) if fat else got
-            raise ExecutorError(f"registry served other bytes for {image.reference}: its manifest is {served}, "
+        top = _sha256(fat[0]) if fat else got
+        if top != image.digest:
+            raise ExecutorError(f"registry served other bytes for {image.reference}: its manifest is {top}, "
                                 f"not the pinned {image.digest}; nothing imported")
-    manifest = json.loads(skinny[0].read_bytes())
+        if got not in {m.get("digest") for m in _json(fat[0], image).get("manifests", [])}:
+            raise ExecutorError(f"registry served other bytes for {image.reference}: manifest {got} is not "
+                                "in the pinned index; nothing imported")
+    manifest = _json(skinny[0], image)
     blobs = [(manifest.get("config") or {}).get("digest"), *(l.get("digest") for l in manifest.get("layers", []))]
     for i, digest in enumerate(blobs):
         if not digest or not DIGEST.match(digest):

@@ -230,3 +230,28 @@ def test_the_set_up_image_is_pinned_imported_and_lacks_our_runtime():
     for module in ("submitit", "hydra", "omegaconf", "cloudpickle", "jobs"):
         missing = run(f"import {module}")
         assert missing.returncode != 0 and "No module named" in missing.stderr, module
+
+
+def test_a_pinned_index_admits_only_the_manifests_it_lists(tmp_path):
+    """Pinned by a multi-arch index digest: ch-image fetches the index, then the node's manifest;
+    the manifest must be one the pinned index lists."""
+    import hashlib
+    import json
+
+    sha = lambda b: "sha256:" + hashlib.sha256(b).hexdigest()
+    layer, config = b"layer bytes", b'{"architecture": "amd64"}'
+    manifest = json.dumps({"config": {"digest": sha(config)}, "layers": [{"digest": sha(layer)}]}).encode()
+
+    def dlcache(listed: str) -> tuple[Path, containers.Image]:
+        d = tmp_path / secrets.token_hex(4)
+        d.mkdir()
+        index = json.dumps({"manifests": [{"digest": listed, "platform": {"architecture": "amd64"}}]}).encode()
+        (d / "r%x.fat.json").write_bytes(index)
+        (d / "r%x%skinny.manifest.json").write_bytes(manifest)
+        (d / f"{sha(config)[7:]}.json").write_bytes(config)
+        (d / f"{sha(layer)[7:]}.tar.gz").write_bytes(layer)
+        return d, containers.Image("x", "127.0.0.1:1/x:1", sha(index))
+
+    containers.check_pulled(*dlcache(sha(manifest)))
+    with pytest.raises(ExecutorError, match="served other bytes"):
+        containers.check_pulled(*dlcache("sha256:" + "0" * 64))
