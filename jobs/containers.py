@@ -102,6 +102,7 @@ def squashfs_for(image: Image, folder: Path | str, runtime: str = "charliecloud"
 
 def _ensure(image: Image, folder: Path | str, runtime: str, echo=None) -> tuple[Path, bool]:
     import fcntl
+    import shutil
 
     if runtime not in RUNTIMES:
         raise ExecutorError(f"unknown container runtime {runtime!r} (one of: {', '.join(RUNTIMES)})")
@@ -118,6 +119,11 @@ def _ensure(image: Image, folder: Path | str, runtime: str, echo=None) -> tuple[
         fcntl.flock(lock, fcntl.LOCK_EX)        # a second importer waits here, then finds the file
         if target.is_file():
             return target, False
+        for stale in folder.glob(f".{target.name}.*"):   # a killed importer's leftovers: only the lock holder writes them
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            elif stale.suffix == ".partial":
+                stale.unlink(missing_ok=True)
         if echo:
             echo(f"importing {image.reference} with {runtime} into {folder} ...")
         (_import_charliecloud if runtime == "charliecloud" else _import_enroot)(image, target)
@@ -126,7 +132,6 @@ def _ensure(image: Image, folder: Path | str, runtime: str, echo=None) -> tuple[
 
 def _import_enroot(image: Image, target: Path) -> None:
     import shutil
-    import subprocess
 
     if not shutil.which("enroot"):
         raise ExecutorError("enroot is not installed on this machine: import on a node that has it "
@@ -172,7 +177,9 @@ def _tool_path() -> str:
 def _run(cmd: list[str], what: str, env: dict) -> None:
     import subprocess
 
-    full = {**os.environ, "PATH": _tool_path(), "USER": os.environ.get("USER") or "root", **env}
+    import getpass
+
+    full = {**os.environ, "PATH": _tool_path(), "USER": os.environ.get("USER") or getpass.getuser(), **env}
     full.pop("PYTHONPATH", None)
     full.pop("VIRTUAL_ENV", None)
     done = subprocess.run(cmd, env=full, stdin=subprocess.DEVNULL, capture_output=True, text=True)
