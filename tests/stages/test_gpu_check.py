@@ -1,6 +1,6 @@
 """dev/gpu_check.sh, the GPU smoke check, run end to end on this CPU at its tiny scale: every stage
 runs through the stage code, the forward passes are observed on the device asked for, in float32,
-and the losses fall. (On a GPU the same script checks cuda and bf16 autocast; bench/README.md.)"""
+and the losses fall. (On a GPU the same script checks cuda and bf16 autocast.)"""
 import json
 import os
 import subprocess
