@@ -84,7 +84,8 @@ def nccl_check(device: str) -> tuple[bool, str]:
         ddp(torch.ones(2, 8, device=device)).sum().backward()
         ok = x.tolist() == [0.0, 1.0, 2.0, 3.0] and layer.weight.grad is not None and \
             torch.allclose(layer.weight.grad, torch.full_like(layer.weight, 2.0))
-        version = ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else torch.__version__
+        version = torch.cuda.nccl.version() if backend == "nccl" else torch.__version__
+        version = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         return ok, f"{backend} {version}: all_reduce and a DDP backward on 1 rank, {time.perf_counter() - t0:.1f}s"
     finally:
         dist.destroy_process_group()
