@@ -6,7 +6,8 @@ the truth without anyone reading Slurm's logs.
 
 A local run is a process on one host. Its attempt records host, PID, process group and the
 process's start time; a run whose process is gone (same host, PID dead or now another process)
-shows as LOST, computed when read, and `jobs cancel` signals only a process that still matches.
+shows as LOST, computed when read, and `jobs cancel` signals only a process that still matches
+and carries the run's ID in its command line or environment.
 
 `rows` is what `jobs status` prints: for a running run, where its training stands (the stage's
 progress.json, else the last loss in metrics.jsonl); for a pending Slurm job, Slurm's reason and
@@ -340,9 +341,9 @@ def open_attempt(view: RunView) -> dict | None:
 
 def carries_run(pid: int, run_id: str) -> bool | None:
     """Whether process `pid` carries the run's identity: the run ID in its command line (a local
-    job runs `python -m submitit.core._submit <store>/runs/<run>/logs`) or its environment. Facts any
-    record can copy (host, PID, group, start time, boot) do not prove a process is the run's; this
-    does. None when /proc cannot be read for it (another user's process)."""
+    job runs `python -m submitit.core._submit <store>/runs/<run>/logs`) or its environment. Host, PID,
+    group, start time and boot are facts anyone can read and copy into a forged record; a process
+    started for something else does not name the run. None when /proc cannot be read for it."""
     needle = run_id.encode()
     seen = False
     for part in ("cmdline", "environ"):

@@ -499,3 +499,22 @@ def test_summary(request):
     assert summary["tracebacks"] == summary["store changes on error"] == summary["writes outside"] == 0
     assert summary["clean one-line errors"] + sum(1 for c in CASES if c.code == 0) == len(CASES)
     assert set(items) == {"secrets", "add", "reads", "errors", "cancel"}
+
+
+TRICKY = ["<redacted: from $X>", "<redacted: from $$X>", "<redacted: from $$$X>", "<redacted: from $",
+          "<redacted: decoded from $PIN_PASSWORD>", "a<redacted: from $<redacted: from $X>>b", "$$", "",
+          "pw=s3cr3t;<redacted: from $DB_KEY>", "<redacted: from s3cr3t$X>", "s3cr3ts3cr3t", "0.1", "12345"]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_redaction_round_trips_and_never_records_a_secret(text):
+    """Whatever the user wrote comes back to the job exactly, and no secret's value is recorded."""
+    from lineage.secrets import redact, unredact
+
+    env = {"DB_KEY": "s3cr3t", "PIN_PASSWORD": "12345", "X": "must-not-be-read", "TOKENIZERS_PARALLELISM": "true"}
+    config = {"text": text, "n": 12345, "f": 0.5, "flag": True, "list": [text, 12345.0]}
+    recorded = redact(config, env)
+    assert "s3cr3t" not in json.dumps(recorded) and "12345" not in json.dumps(recorded)
+    back = unredact(recorded, env)
+    assert back["text"] == text and back["list"][0] == text and back["n"] == 12345 and back["f"] == 0.5
+    assert "must-not-be-read" not in json.dumps(back)
