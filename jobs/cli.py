@@ -70,8 +70,24 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def not_utf8(argv: list[str]) -> str | None:
+    """The first argument (or store path from $JOBS_HOME) that is not valid UTF-8, as a message."""
+    import os
+
+    for where, text in [*(("argument", a) for a in argv), ("$JOBS_HOME", os.environ.get("JOBS_HOME", ""))]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = ascii(text.encode("utf-8", "surrogateescape"))[2:-1]
+            return f"{where} '{shown}' is not valid UTF-8: records are UTF-8 JSON, so use UTF-8 names and values"
+    return None
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from jobs import show
+    from jobs.status import check_limit
+
+    check_limit(args.limit)
     show.print_runs(open_store(args).index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json)
     return 0
 
@@ -116,8 +132,15 @@ def cmd_add(args: argparse.Namespace) -> int:
     from jobs.add import add
     from jobs.submit import store_root
 
-    art, version = add(store_root(args.store), args.path, args.kind, args.name, args.source, args.revision)
-    print(f"{art}  {args.kind}  {args.name}:v{version} (use: --input ROLE={args.name}:latest)")
+    done = add(store_root(args.store), args.path, args.kind, args.name, args.source, args.revision)
+    use = f"(use: --input ROLE={done.name}:v{done.version})"
+    if not done.new_version:
+        print(f"{done.artifact}  {args.kind}  {done.name}:v{done.version} already holds these bytes: nothing added {use}")
+    elif not done.copied:
+        print(f"{done.artifact}  {args.kind}  {done.name}:v{done.version} (the store held these bytes already: "
+              f"no second copy) {use}")
+    else:
+        print(f"{done.artifact}  {args.kind}  {done.name}:v{done.version} {use}")
     return 0
 
 
@@ -217,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     from lineage.errors import LineageError
 
     parser = build_parser()
+    bad = not_utf8(sys.argv[1:] if argv is None else list(argv))
+    if bad:
+        sys.stderr.write(f"jobs: error: {bad}\n")
+        return 2
     # Overrides may come before or after options (`submit tiny x=1 --stage a y=2`); argparse alone
     # would stop collecting positionals at the first option, so the leftovers are taken here.
     args, extra = parser.parse_known_args(argv)

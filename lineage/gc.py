@@ -6,7 +6,6 @@ period. Everything else is a candidate; `collect` deletes files and record only 
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lineage import refs
-from lineage.errors import LineageError
+from lineage.errors import Damaged, LineageError, show_path
 from lineage.records import read_kind
 from lineage.store import Store
 
@@ -136,13 +135,20 @@ class Snapshot:
 
 def checkpoint_snapshots(store: Store) -> dict[tuple[str, str], list[Snapshot]]:
     """Kept training snapshots (`runs/<run>/checkpoints/keep/<series>-step<N>.{pt,json}`) by run and series."""
+    from lineage.records import read_record
+
     groups: dict[tuple[str, str], list[Snapshot]] = {}
     for meta in sorted((store.root / "runs").glob("*/checkpoints/keep/*.json")):
         run = meta.parents[2].name
         series, _, step = meta.stem.rpartition("-step")
-        info = json.loads(meta.read_text())
+        if not series or not step.isdigit():
+            raise Damaged(f"damaged store file {show_path(meta)}: not named <series>-step<N>.json; move it aside")
+        info = read_record(meta)   # a regular file holding a JSON object, else Damaged (a FIFO never blocks)
+        metrics = info.get("metrics", {})
+        if not isinstance(metrics, dict):
+            raise Damaged(f"damaged store file {show_path(meta)}: 'metrics' is not a mapping; move it aside")
         groups.setdefault((run, series), []).append(
-            Snapshot(run, series, int(step), info.get("metrics", {}), [meta, meta.with_suffix(".pt")]))
+            Snapshot(run, series, int(step), metrics, [meta, meta.with_suffix(".pt")]))
     return groups
 
 
