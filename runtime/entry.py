@@ -25,7 +25,7 @@ from lineage import Store
 from lineage.states import RunState
 from runtime.attempts import BATCH_START_ENV, STOP_GRACE_S
 from runtime.errors import CorruptInput, JobFailed, UpstreamFailed
-from runtime.image import check_image, ran_in
+from runtime.image import NODE_ADDRS_ENV, check_image, ran_in
 from stages.contract import Distributed, Requeue, StageContext
 
 
@@ -93,15 +93,21 @@ def distributed() -> Distributed:
 
 
 def _address_of(node: str) -> str:
-    """The node's address: DNS if it resolves, else what slurmctld knows (NodeAddr)."""
+    """The node's address: DNS if it resolves, else what slurmctld knows (NodeAddr): from
+    $JOBS_NODE_ADDRS (node=addr,...), which a container job's batch script reads with scontrol on
+    the host (the image has no Slurm commands), or from scontrol itself."""
     try:
         return socket.gethostbyname(node)
     except OSError:
-        out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True).stdout
-        for field in out.split():
-            if field.startswith("NodeAddr="):
-                return field.split("=", 1)[1]
-        raise
+        pass
+    known = dict(item.split("=", 1) for item in os.environ.get(NODE_ADDRS_ENV, "").split(",") if "=" in item)
+    if node in known:
+        return known[node]
+    out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True).stdout
+    for field in out.split():
+        if field.startswith("NodeAddr="):
+            return field.split("=", 1)[1]
+    raise OSError(f"no address for node {node}")
 
 
 class StageJob(submitit.helpers.Checkpointable):

@@ -11,6 +11,7 @@ from runtime.errors import JobFailed
 
 BUNDLE_ENV = "JOBS_RUNTIME_BUNDLE"
 IMAGE_ENV = "JOBS_IMAGE"
+NODE_ADDRS_ENV = "JOBS_NODE_ADDRS"    # node=address,... from scontrol on the host, for a job in an image
 
 #: The Python modules each backend imports from the image.
 BACKENDS = {
@@ -46,7 +47,7 @@ def needs(stage: dict) -> dict[str, str]:
         for m in mods:
             why.setdefault(m, reason)
 
-    add(MODULES.get(module, ()), f"stage {name}")
+    add(MODULES.get(module, ()), "")
     if module in TRAINERS or "backend" in section:
         backend = section.get("backend", "torch")
         add(BACKENDS.get(backend, ()), f"{name}.backend={backend}")
@@ -79,10 +80,10 @@ def missing(modules) -> list[str]:
 
 
 def lacks_message(gone: list[str], why: dict[str, str], image: str | None, stage: str) -> str:
-    """One line: which modules, what needs each, in which image."""
-    what = ", ".join(f"{m} ({why[m]})" if m in why else m for m in gone)
+    """One line: which modules, in which image, and what in the config needs them."""
     where = f"image {image}" if image else "this Python environment"
-    return f"{where} lacks {what}, which stage {stage} imports; use an image that has them"
+    reasons = "; ".join(dict.fromkeys(why[m] for m in gone if why.get(m)))
+    return f"{where} lacks {', '.join(gone)}, which stage {stage} imports" + (f" ({reasons})" if reasons else "")
 
 
 def check_image(stage: dict) -> None:
