@@ -96,6 +96,8 @@ def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, imag
             srun_args += [f"--container-image={image.pyxis}",
                           f"--container-mounts={','.join(mounts(store_root, code_root, bundle, p))}",
                           f"--container-workdir={code_root}", "--no-container-mount-home"]
+        else:
+            setup.append('export USER="${USER:-$(id -un)}"')   # ch-run refuses to start without it
     # The script's first command: when the job's own time began (sacct's Start has whole seconds and
     # includes Slurm's launch); the entry records it with the attempt, bench/ray_boot.py counts from it.
     params["setup"] = [f"export {BATCH_START_ENV}=$(date +%s.%N)", *setup]
@@ -366,8 +368,6 @@ def job(stage: dict, profile: profiles.Profile, store_root: Path, image: contain
     if image is None or where is None:
         return sbatch_params(stage, profile, store_root, None), python_for(None)
     params = sbatch_params(stage, profile, store_root, image, code_root=where.code, bundle=where.bundle_path)
-    if profile.container_runtime == "charliecloud":
-        params["setup"].append('export USER="${USER:-$(id -un)}"')   # ch-run refuses to start without it
     return params, python_for(image, profile=profile, store_root=store_root, code_root=where.code,
                               bundle=where.bundle_path, squashfs=where.squashfs)
 
