@@ -95,8 +95,11 @@ def check_image(stage: dict) -> None:
 
 
 def ran_in() -> dict:
-    """What the attempt records about where it ran: the image and the bundle, when in a container."""
-    facts = {}
+    """What the attempt records about where it ran: the interpreter, and in a container the image
+    and the bundle (as the job's environment names them)."""
+    import sys
+
+    facts = {"python_executable": sys.executable}
     if os.environ.get(IMAGE_ENV):
         facts["image"] = os.environ[IMAGE_ENV]
     if os.environ.get(BUNDLE_ENV):

@@ -273,7 +273,7 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
              "def has(m):\n"
              "    try:\n        return u.find_spec(m) is not None\n"
              "    except (ImportError, ValueError):\n        return False\n"
-             f"print(json.dumps([m for m in {sorted(why)!r} if not has(m)]))")
+             f"print(json.dumps([m for m in {list(why)!r} if not has(m)]))")
     env = {**os.environ, "USER": os.environ.get("USER") or "root"}
     env.pop("PYTHONPATH", None)
     try:
