@@ -173,7 +173,7 @@ def python_for(image: containers.Image | None, here: str = sys.executable, profi
     Outside a container, this environment's (`here`) through runtime.hold_usr2, which holds an early
     USR2 until submitit can take it. In a container, the image's `python3` through runtime.bootstrap
     (the same hold, then the runtime bundle): under pyxis srun's flags name the image; under
-    Charliecloud the command is `ch-run --bind=… --cd=CODE SQUASHFS -- python3 …`, started with USR2
+    Charliecloud the command is `ch-run --home --bind=… --cd=CODE SQUASHFS -- python3 …`, started with USR2
     ignored, because ch-run stays behind as the squashfs's FUSE server and Slurm signals every process
     of the step (runtime.hold_usr2 restores the signal's default in the job itself).
     """
@@ -186,7 +186,9 @@ def python_for(image: containers.Image | None, here: str = sys.executable, profi
         raise ExecutorError(f"no squashfs for {image.reference}: import it with `jobs containers import {image.name} "
                             "--runtime charliecloud`")
     binds = [f"--bind={m}" for m in mounts(store_root, code_root, bundle, profile)]
-    ch_run = shlex.join(["ch-run", *binds, f"--cd={code_root}", str(squashfs), "--"])
+    # --home: the user's home, writable, at /home/$USER (caches: Hugging Face, W&B), as on the host;
+    # the squashfs itself is read-only.
+    ch_run = shlex.join(["ch-run", "--home", *binds, f"--cd={code_root}", str(squashfs), "--"])
     return f"""sh -c 'trap "" USR2; exec "$@"' sh {ch_run} {inner}"""
 
 
