@@ -1,8 +1,10 @@
 """Run stages as Slurm jobs through submitit: one sbatch job per stage, chained with afterok.
 
-The job's parameters come from the stage's recipe resources, then the user's profile on top, and,
-for a stage with a container, pyxis flags on srun. `sbatch_params` is a pure function: the dry run,
-the `--test-only` validation and the real submission all render from the same dict.
+The job's parameters come from the stage's recipe resources, then the user's profile on top. A
+stage with a container runs in its pinned image under pyxis (srun flags) or Charliecloud (ch-run
+in the job's command), bringing the code snapshot and the runtime bundle (jobs/bundle.py) from the
+store. `sbatch_params` and `python_for` are pure functions: the dry run, the `--test-only`
+validation and the real submission all render from the same values.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from jobs.provenance import PROJECT_ROOT
 from lineage import Store
 from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
 from runtime.entry import StageJob
-from runtime.image import BUNDLE_ENV, IMAGE_ENV, NODE_ADDRS_ENV
+from runtime.image import BUNDLE_ENV, IMAGE_ENV, NODE_ADDRS_ENV, lacks_message, needs
 
 
 
@@ -225,7 +227,6 @@ class InImage:
     """Where a container job's pieces are: the code snapshot, the runtime bundle, the squashfs."""
 
     code: Path
-    bundle: "bundles.Bundle"
     bundle_path: Path
     squashfs: Path | None = None     # Charliecloud only
 
@@ -246,8 +247,7 @@ def in_image(store_root: Path, plan_code: dict, image: containers.Image, profile
             squashfs = containers.squashfs_for(image, folder, runtime="charliecloud")
         else:
             squashfs = folder / containers.squashfs_name(image)
-    return InImage(code=snapshot_path(store_root, plan_code), bundle=bundle,
-                   bundle_path=bundle.path(store_root), squashfs=squashfs)
+    return InImage(code=snapshot_path(store_root, plan_code), bundle_path=bundle.path(store_root), squashfs=squashfs)
 
 
 def probe(image: containers.Image, where: InImage, profile: profiles.Profile, store_root: Path,
@@ -258,8 +258,6 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
     import json
     import os
     import shutil
-
-    from runtime.image import lacks_message, needs
 
     if not shutil.which("ch-run"):
         raise ExecutorError("ch-run is not on PATH: install Charliecloud (Debian: apt-get install charliecloud "
@@ -321,7 +319,7 @@ class SlurmExecutor:
                 params, python = job(stage, profile, store_root, image, where)
                 test_only(render(params, Path(tmp), python))  # checks #SBATCH lines only
                 if where is not None and where.squashfs is not None:
-                    key = (where.squashfs, tuple(sorted(needs_of(stage))))
+                    key = (where.squashfs, tuple(needs(stage)))
                     if key not in probed:
                         probe(image, where, profile, store_root, stage)
                         probed.add(key)
@@ -355,12 +353,6 @@ class SlurmExecutor:
             echo(f"{run_id}  {spec['stage']:<9} submitted as Slurm job {job.job_id}"
                  + (f" (after {', '.join(ups)})" if ups else ""))
         return True
-
-
-def needs_of(stage: dict) -> dict:
-    from runtime.image import needs
-
-    return needs(stage)
 
 
 def job(stage: dict, profile: profiles.Profile, store_root: Path, image: containers.Image | None,
