@@ -174,10 +174,11 @@ class SlurmExecutor:
     def prepare(self, store_root: Path, plan) -> list[Prepared]:
         """Render and validate every stage before anything is recorded."""
         prepared = []
+        code_root = Path(plan.code.get("root") or PROJECT_ROOT)  # a reproduction's: its code snapshot
         with tempfile.TemporaryDirectory() as tmp:
             for stage in _stages(plan):
                 image = self.image_for(stage)
-                params = sbatch_params(stage, self.target.profile, store_root, image)
+                params = sbatch_params(stage, self.target.profile, store_root, image, code_root)
                 test_only(render(params, Path(tmp), python_for(image)))  # checks #SBATCH lines only
                 prepared.append(Prepared(params=params, image=image, record={
                     "container_image": image.reference if image else None, "profile": self.target.profile.name}))
