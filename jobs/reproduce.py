@@ -87,6 +87,10 @@ def settle_drift(old: RunView, plan, facts: list[dict], allow: bool, echo: Calla
     was, now = spec.get("container_image"), facts[0].get("container_image")
     if was != now:
         drift["container_image"] = {"recorded": was, "ran": now}
+    # What a container job brings into its image beyond the code (submitit and its requirements).
+    was, now = (spec.get("runtime_bundle") or {}).get("digest"), (facts[0].get("runtime_bundle") or {}).get("digest")
+    if was and now and was != now:
+        drift["runtime_bundle"] = {"recorded": was, "ran": now}
     env = plan.environment
     packages = package_drift(spec["environment"].get("packages", {}), env["packages"])
     if spec["environment"].get("python") != env["python"]:
@@ -114,6 +118,9 @@ def _drift_words(spec: dict, drift: dict) -> str:
             words.append(f"the run ran in {image['recorded']}, but profile {spec.get('profile')!r} now runs without containers")
         else:
             words.append(f"the run ran without a container, but would now run in {image['ran']}")
+    if drift.get("runtime_bundle"):
+        words.append(f"the runtime bundle differs from the record: {drift['runtime_bundle']['recorded'][:23]} -> "
+                     f"{drift['runtime_bundle']['ran'][:23]}")
     changes = drift.get("python", {}).get("changes", [])
     if changes:
         words.append("environment differs from the record: " + "; ".join(changes[:5])
@@ -238,6 +245,9 @@ def diff(store: Store, a: str, b: str) -> list[str]:
     ea, eb = va.spec["environment"], vb.spec["environment"]
     if va.spec.get("container_image") != vb.spec.get("container_image"):
         lines.append(f"env     image {va.spec.get('container_image')} -> {vb.spec.get('container_image')}")
+    ba, bb = (va.spec.get("runtime_bundle") or {}).get("digest"), (vb.spec.get("runtime_bundle") or {}).get("digest")
+    if ba != bb:
+        lines.append(f"env     runtime bundle {ba} -> {bb}")
     if ea.get("digest") != eb.get("digest"):
         lines += [f"env     {d}" for d in package_drift(ea.get("packages", {}), eb.get("packages", {}))]
         if ea.get("python") != eb.get("python"):
