@@ -190,12 +190,16 @@ def build_parser() -> argparse.ArgumentParser:
             a("--metric", help="with --keep-top-k: the metric that ranks snapshots (lower is better)"),
             a("--higher-is-better", **flag, help="with --keep-top-k: rank by the highest metric"))
     command("pin", call("jobs.maintenance:pin", "store", "run", "unpin"), "keep a run's outputs from gc (--unpin to release)", a("run"), a("--unpin", **flag))
-    command("containers", call("jobs.containers:command", "action", "name", "digest", "dir", "srun", "dry_run"), "images in containers.lock: list, pin a digest, import to squashfs",
+    command("containers", call("jobs.containers:command", "action", "name", "digest", "dir", "srun", "dry_run", "runtime", "image"),
+            "images in containers.lock: list, pin a digest, import to squashfs",
             a("action", choices=["list", "pin", "import"]), a("name", nargs="?"),
             a("--digest", help="with pin: the sha256:… digest to record"),
-            a("--dir", default="~/.cache/jobs/enroot", help="with import: where squashfs images live"),
-            a("--srun", **flag, help="with import: run enroot on a compute node through srun"),
-            a("--dry-run", **flag, help="with import: print the commands only"))
+            a("--image", help="with pin: also set the entry's registry/repo:tag"),
+            a("--runtime", choices=["pyxis", "charliecloud"], default="pyxis",
+              help="with import: enroot for pyxis (default), or ch-image + ch-convert for Charliecloud"),
+            a("--dir", help="with import: where squashfs images live (default ~/.cache/jobs/enroot or ~/.cache/jobs/charliecloud)"),
+            a("--srun", **flag, help="with import --runtime pyxis: run enroot on a compute node through srun"),
+            a("--dry-run", **flag, help="with import --runtime pyxis: print the commands only"))
     command("export", call("jobs.export:command", "store", "id", "dvc", "name", "openlineage", "out"), "an artifact into a DVC repo, or a run as OpenLineage events",
             a("id", help="ART (with --dvc) or RUN (with --openlineage)"),
             a("--dvc", metavar="DIR", help="a DVC repository to put the artifact in"),

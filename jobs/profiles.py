@@ -13,7 +13,11 @@
       srun_args: ["--cpu-bind=none"]
     dev:
       partition: debug
-      containers: false      # no pyxis here: stages run in this Python environment
+      containers: false      # no container runtime here: stages run in this Python environment
+    charlie:
+      partition: debug
+      container_runtime: charliecloud   # ch-run a squashfs imported by digest (default: pyxis)
+      container_dir: /shared/images     # where `jobs containers import` keeps the squashfs files
 
 A profile's values override the recipe's resources for the stage. Every value ends up in an sbatch
 script, so each is checked on load (types, ranges, no control characters, sbatch option names):
@@ -49,6 +53,10 @@ threads-per-core time time-min tmp uid usage use-min-nodes verbose version wait 
 """.split())
 #: Options the executor sets itself, or that would stop the script from being a batch job.
 SBATCH_OWNED = frozenset("array dependency error help input output parsable usage version wait wrap".split())
+
+#: How a container job starts: pyxis (srun --container-image, NVIDIA's clusters) or Charliecloud
+#: (ch-run on a squashfs, unprivileged). Both bring the same code snapshot and runtime bundle.
+RUNTIMES = ("pyxis", "charliecloud")
 
 _MOUNT = r"[^,:]+:/[^,:]*(:[A-Za-z0-9+=_-]+)?"   # pyxis SRC:DST[:FLAGS], one per item (a comma splits mounts)
 _NAME = r"[A-Za-z0-9_.,+-]+"                     # partition (or a comma list), account, qos
@@ -95,6 +103,8 @@ PROFILE = schema.Map({
                                                f"must be SRC:DST[:FLAGS], DST absolute, no comma (got {v!r:.60})"),
                                     required=False, null=True),
     "containers": schema.Bool(required=False),
+    "container_runtime": schema.Str(choices=RUNTIMES, required=False),
+    "container_dir": schema.Str(empty=False, required=False, null=True),
     "store": schema.Str(empty=False, required=False, null=True),
 })
 
@@ -124,7 +134,9 @@ class Profile:
     sbatch: dict = field(default_factory=dict)       # extra #SBATCH --key=value
     srun_args: list = field(default_factory=list)    # extra srun arguments
     container_mounts: list = field(default_factory=list)
-    containers: bool = True                          # false on clusters without pyxis: run on the host
+    containers: bool = True                          # false on clusters without a container runtime: run on the host
+    container_runtime: str = "pyxis"                 # pyxis | charliecloud
+    container_dir: str | None = None                 # charliecloud: the imported squashfs files (shared)
     store: str | None = None
 
 

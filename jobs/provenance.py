@@ -73,6 +73,11 @@ class CodeChanged(JobsError):
     """A code file changed between planning a submission and copying the code: plan again."""
 
 
+def snapshot_path(store_root: Path, code: dict) -> Path:
+    """Where the code snapshot of `code` (code_state()) lives in the store: what a container job runs."""
+    return Path(store_root) / "code" / code["snapshot"]
+
+
 def store_snapshot(store: Store, code: dict) -> str:
     """Copy the code into `<store>/code/<snapshot id>/` unless it is there; returns the artifact ID.
 
@@ -81,7 +86,7 @@ def store_snapshot(store: Store, code: dict) -> str:
     folder whose name is not the ID of its content.
     """
     art_id = code["snapshot"]
-    final = store.root / "code" / art_id
+    final = snapshot_path(store.root, code)
     if not final.exists():
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))

@@ -85,6 +85,14 @@ def print_run(store, idx, run_id: str) -> None:
     print(f"code      {code.get('git_sha') or 'not a git checkout'}" + ("  (+ uncommitted " + str(code.get("diff_digest")) + ")" if code.get("dirty") else ""))
     env = s.get("environment", {})
     print(f"env       python {env.get('python')}  {env.get('digest')}")
+    if s.get("container_image"):
+        ran = sorted({a["image"] for a in v.attempts if a.get("image")})
+        bundle = (s.get("runtime_bundle") or {}).get("digest")
+        print(f"image     {s['container_image']}" + (f"  ({s['container_runtime']})" if s.get("container_runtime") else "")
+              + (f"   ran in {', '.join(ran)}" if ran and ran != [s["container_image"]] else ""))
+        if bundle:
+            pkgs = " ".join(f"{k}=={x}" for k, x in sorted((s["runtime_bundle"].get("packages") or {}).items()))
+            print(f"bundle    {bundle}  {pkgs}")
     if s.get("run_key"):
         print(f"run_key   {s['run_key']}")
     for role, art in sorted(v.inputs.items()):

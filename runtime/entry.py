@@ -25,6 +25,7 @@ from lineage import Store
 from lineage.states import RunState
 from runtime.attempts import BATCH_START_ENV, STOP_GRACE_S
 from runtime.errors import CorruptInput, JobFailed, UpstreamFailed
+from runtime.image import NODE_ADDRS_ENV, check_image, ran_in
 from stages.contract import Distributed, Requeue, StageContext
 
 
@@ -92,15 +93,21 @@ def distributed() -> Distributed:
 
 
 def _address_of(node: str) -> str:
-    """The node's address: DNS if it resolves, else what slurmctld knows (NodeAddr)."""
+    """The node's address: DNS if it resolves, else what slurmctld knows (NodeAddr): from
+    $JOBS_NODE_ADDRS (node=addr,...), which a container job's batch script reads with scontrol on
+    the host (the image has no Slurm commands), or from scontrol itself."""
     try:
         return socket.gethostbyname(node)
     except OSError:
-        out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True).stdout
-        for field in out.split():
-            if field.startswith("NodeAddr="):
-                return field.split("=", 1)[1]
-        raise
+        pass
+    known = dict(item.split("=", 1) for item in os.environ.get(NODE_ADDRS_ENV, "").split(",") if "=" in item)
+    if node in known:
+        return known[node]
+    out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True).stdout
+    for field in out.split():
+        if field.startswith("NodeAddr="):
+            return field.split("=", 1)[1]
+    raise OSError(f"no address for node {node}")
 
 
 class StageJob(submitit.helpers.Checkpointable):
@@ -189,7 +196,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         close_interrupted(store, view, attempt)  # an earlier attempt that died without a word
         store.add_event(run_id, "attempt", attempt=attempt, **process_identity(), **_batch_start(),
                         job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
-                        nodes=dist.nodes or [socket.gethostname()], start=time.time())
+                        nodes=dist.nodes or [socket.gethostname()], start=time.time(), **ran_in())
         store.add_event(run_id, "status", state=RunState.RUNNING)
     ctx = StageContext(
         run_id=run_id, recipe=spec["recipe"], stage=spec["stage"], config=spec["config"],
@@ -207,6 +214,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **fields)
 
     try:
+        check_image(spec)  # torch, ray, vllm...: one line naming what the image lacks, before any work
         from lineage.secrets import unredact
 
         ctx.config = unredact(spec["config"])  # secrets the record left out come from this job's environment

@@ -7,11 +7,18 @@ before any import, the signal stays pending: `StageJob.__call__` unblocks it onc
 is in place, and it is delivered then. A blocked mask survives exec and is inherited by threads.
 
 The Slurm executor names `python -u -m runtime.hold_usr2` as submitit's interpreter, so the job's
-command reads `python -u -m runtime.hold_usr2 -u -m submitit.core._submit FOLDER`.
+command reads `python -u -m runtime.hold_usr2 -u -m submitit.core._submit FOLDER` (in a container,
+runtime.bootstrap, which imports this module first).
+
+A job under Charliecloud inherits USR2 *ignored*: ch-run stays alive as the squashfs's FUSE server
+and must not die of the signal Slurm sends every process of the step, so the executor starts it
+with USR2 ignored. Once blocked here, the default action is restored: a blocked signal stays
+pending whatever its action, and from here on the job behaves as one started without ch-run.
 """
 import signal
 
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+signal.signal(signal.SIGUSR2, signal.SIG_DFL)
 
 
 def main(argv: list[str]) -> None:

@@ -24,6 +24,7 @@ class Prepared:
     params: dict = field(default_factory=dict)   # sbatch parameters (slurm)
     image: "Image | None" = None                 # the pinned container image, when the stage runs in one
     record: dict = field(default_factory=dict)   # facts for the run record (image reference, profile)
+    python: str | None = None                    # slurm: the job's interpreter (in a container: its start-up)
 
 
 class Executor(Protocol):

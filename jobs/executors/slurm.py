@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from jobs import bundle as bundles
 from jobs import containers, profiles
 from jobs.errors import ExecutorError
 from jobs.executors import Prepared
@@ -22,6 +23,7 @@ from jobs.provenance import PROJECT_ROOT
 from lineage import Store
 from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
 from runtime.entry import StageJob
+from runtime.image import BUNDLE_ENV, IMAGE_ENV, NODE_ADDRS_ENV
 
 
 
@@ -41,9 +43,13 @@ def image_for(stage: dict, target: SlurmTarget) -> containers.Image | None:
 
 
 def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, image: containers.Image | None,
-                  code_root: Path = PROJECT_ROOT) -> dict:
+                  code_root: Path = PROJECT_ROOT, bundle: Path | None = None) -> dict:
     """submitit SlurmExecutor parameters for one stage (a recorded run spec or a StagePlan as dict).
 
+    With an image, the job brings its code (`code_root`, the snapshot in the store) and the runtime
+    bundle (`bundle`) into it: the store is mounted at its own path, PYTHONPATH names the code, and
+    $JOBS_RUNTIME_BUNDLE the bundle (runtime.bootstrap appends it to sys.path). pyxis takes the
+    image and mounts as srun flags; Charliecloud's are the job's command line (`python_for`).
     Raises ExecutorError, in one line, for anything that must not reach a script: see check_script.
     """
     res = stage.get("resources", {})
@@ -77,19 +83,51 @@ def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, imag
     if p.sbatch:
         params["additional_parameters"] = {str(k): v for k, v in p.sbatch.items()}
     srun_args = []
+    setup = []
     if image is not None:
-        mounts = [f"{store_root}:{store_root}", f"{code_root}:{code_root}", *p.container_mounts]
-        srun_args += [f"--container-image={image.pyxis}", f"--container-mounts={','.join(mounts)}",
-                      f"--container-workdir={code_root}", "--no-container-mount-home"]
-        params["setup"] = [f"export PYTHONPATH={shlex.quote(str(code_root))}${{PYTHONPATH:+:$PYTHONPATH}}"]
+        env = {"PYTHONPATH": str(code_root), IMAGE_ENV: image.reference}
+        if bundle is not None:
+            env[BUNDLE_ENV] = str(bundle)
+        setup += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+        # The image has no Slurm commands: the nodes' addresses (NodeAddr) come in from the host.
+        setup.append(f"export {NODE_ADDRS_ENV}=\"$(scontrol show node \"$SLURM_JOB_NODELIST\" -o 2>/dev/null | "
+                     "sed -n 's/^NodeName=\\([^ ]*\\) .*NodeAddr=\\([^ ]*\\) .*/\\1=\\2/p' | paste -sd, -)\"")
+        if p.container_runtime == "pyxis":
+            srun_args += [f"--container-image={image.pyxis}",
+                          f"--container-mounts={','.join(mounts(store_root, code_root, bundle, p))}",
+                          f"--container-workdir={code_root}", "--no-container-mount-home"]
+        else:
+            setup.append('export USER="${USER:-$(id -un)}"')   # ch-run refuses to start without it
     # The script's first command: when the job's own time began (sacct's Start has whole seconds and
     # includes Slurm's launch); the entry records it with the attempt, bench/ray_boot.py counts from it.
-    params["setup"] = [f"export {BATCH_START_ENV}=$(date +%s.%N)", *params.get("setup", [])]
+    params["setup"] = [f"export {BATCH_START_ENV}=$(date +%s.%N)", *setup]
     srun_args += [str(a) for a in p.srun_args]
     if srun_args:
         params["srun_args"] = srun_args
-    check_script(params, {"store path": store_root, "code path": code_root}, container=image is not None)
+    check_script(params, {"store path": store_root, "code path": code_root},
+                 container=image is not None)
+    if image is not None and p.container_runtime == "charliecloud" and any(m.count(":") > 1 for m in p.container_mounts):
+        raise ExecutorError("container_mounts: ch-run binds take SRC:DST, without flags")
     return params
+
+
+def mounts(store_root: Path, code_root: Path, bundle: Path | None, profile: profiles.Profile) -> list[str]:
+    """SRC:DST of what the job brings into its image: the store at its own path (it holds the code
+    snapshot and the runtime bundle; a code or bundle folder outside it gets its own mount), then the
+    profile's `container_mounts`."""
+    out = [f"{store_root}:{store_root}"]
+    for extra in (code_root, bundle):
+        if extra is not None and not _inside(Path(extra), store_root):
+            out.append(f"{extra}:{extra}")
+    return out + list(profile.container_mounts)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        Path(path).relative_to(root)
+        return True
+    except ValueError:
+        return False
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -127,11 +165,29 @@ def check_script(params: dict, paths: dict[str, Path], container: bool = False) 
         walk(key, value)
 
 
-def python_for(image: containers.Image | None, here: str = sys.executable) -> str:
-    """Inside a container the image's interpreter runs the job; outside, this environment's (`here`).
-    Either starts through runtime.hold_usr2, which holds an early USR2 until submitit can take it."""
-    python = "python3" if image is not None else shlex.quote(here)
-    return f"{python} -u -m runtime.hold_usr2"
+def python_for(image: containers.Image | None, here: str = sys.executable, profile: profiles.Profile | None = None,
+               store_root: Path | None = None, code_root: Path = PROJECT_ROOT, bundle: Path | None = None,
+               squashfs: Path | None = None) -> str:
+    """The interpreter submitit names in the job's command (it appends `-u -m submitit.core._submit FOLDER`).
+
+    Outside a container, this environment's (`here`) through runtime.hold_usr2, which holds an early
+    USR2 until submitit can take it. In a container, the image's `python3` through runtime.bootstrap
+    (the same hold, then the runtime bundle): under pyxis srun's flags name the image; under
+    Charliecloud the command is `ch-run --bind=… --cd=CODE SQUASHFS -- python3 …`, started with USR2
+    ignored, because ch-run stays behind as the squashfs's FUSE server and Slurm signals every process
+    of the step (runtime.hold_usr2 restores the signal's default in the job itself).
+    """
+    if image is None:
+        return f"{shlex.quote(here)} -u -m runtime.hold_usr2"
+    inner = "python3 -u -m runtime.bootstrap"
+    if profile is None or profile.container_runtime == "pyxis":
+        return inner
+    if squashfs is None:
+        raise ExecutorError(f"no squashfs for {image.reference}: import it with `jobs containers import {image.name} "
+                            "--runtime charliecloud`")
+    binds = [f"--bind={m}" for m in mounts(store_root, code_root, bundle, profile)]
+    ch_run = shlex.join(["ch-run", *binds, f"--cd={code_root}", str(squashfs), "--"])
+    return f"""sh -c 'trap "" USR2; exec "$@"' sh {ch_run} {inner}"""
 
 
 def render(params: dict, folder: Path, python: str, dependency: str | None = None) -> str:
@@ -162,41 +218,129 @@ def test_only(script: str) -> None:
         raise ExecutorError(f"Slurm refused the job: {msg.removeprefix('sbatch: error: ')}")
 
 
+@dataclass(frozen=True)
+class InImage:
+    """Where a container job's pieces are: the code snapshot, the runtime bundle, the squashfs."""
+
+    code: Path
+    bundle: "bundles.Bundle"
+    bundle_path: Path
+    squashfs: Path | None = None     # Charliecloud only
+
+
+def in_image(store_root: Path, plan_code: dict, image: containers.Image, profile: profiles.Profile,
+             bundle: "bundles.Bundle", import_missing: bool = True) -> InImage:
+    """The pieces of one container job. Under Charliecloud the squashfs is imported now, by digest,
+    when missing (jobs.containers.squashfs_for: once per digest, safe when several submit at once);
+    a dry run (`import_missing=False`) only names it."""
+    from jobs.provenance import snapshot_path
+
+    squashfs = None
+    if profile.container_runtime == "charliecloud":
+        folder = Path(profile.container_dir or containers.DEFAULT_DIRS["charliecloud"]).expanduser()
+        if not image.pinned:
+            squashfs = folder / f"<{image.name} is not pinned: nothing to import>"
+        elif import_missing:
+            squashfs = containers.squashfs_for(image, folder, runtime="charliecloud")
+        else:
+            squashfs = folder / containers.squashfs_name(image)
+    return InImage(code=snapshot_path(store_root, plan_code), bundle=bundle,
+                   bundle_path=bundle.path(store_root), squashfs=squashfs)
+
+
+def probe(image: containers.Image, where: InImage, profile: profiles.Profile, store_root: Path,
+          stage: dict) -> None:
+    """Ask the Charliecloud image itself, on this node, before anything is recorded: do the job's binds
+    fit it (a bind's target must exist in a read-only image), does it run python3, and does it have
+    every module the stage imports (runtime.image.needs)? One line naming what fails."""
+    import json
+    import os
+    import shutil
+
+    from runtime.image import lacks_message, needs
+
+    if not shutil.which("ch-run"):
+        raise ExecutorError("ch-run is not on PATH: install Charliecloud (Debian: apt-get install charliecloud "
+                            "squashfuse) or use container_runtime: pyxis")
+    binds = []
+    for m in mounts(store_root, where.code, where.bundle_path, profile):
+        src, dst = m.split(":")[:2]
+        while not Path(src).exists() and src == dst and Path(src).parent != Path(src):
+            src = dst = str(Path(src).parent)   # not made yet (the store, the snapshot): its nearest folder
+        binds.append(f"--bind={src}:{dst}")
+    why = needs(stage)
+    check = ("import importlib.util as u, json\n"
+             "def has(m):\n"
+             "    try:\n        return u.find_spec(m) is not None\n"
+             "    except (ImportError, ValueError):\n        return False\n"
+             f"print(json.dumps([m for m in {list(why)!r} if not has(m)]))")
+    env = {**os.environ, "USER": os.environ.get("USER") or "root"}
+    env.pop("PYTHONPATH", None)
+    try:
+        p = subprocess.run(["ch-run", *binds, str(where.squashfs), "--", "python3", "-c", check],
+                           capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ExecutorError(f"image {image.reference}: ch-run did not answer within 300 s") from None
+    if p.returncode != 0:
+        lines = [line.strip() for line in (p.stderr or p.stdout).splitlines() if line.strip()]
+        raise ExecutorError(f"image {image.reference} cannot start the job under ch-run: "
+                            f"{lines[-1] if lines else f'exit {p.returncode}'}")
+    gone = json.loads(p.stdout.strip().splitlines()[-1])
+    if gone:
+        raise ExecutorError(lacks_message(gone, why, image.reference, f"{stage['recipe']}/{stage['stage']}"))
+
+
 class SlurmExecutor:
     name = "slurm"
 
     def __init__(self, target: SlurmTarget):
         self.target = target
+        self.bundle: bundles.Bundle | None = None     # collected at prepare, written to the store at launch
 
     def image_for(self, stage: dict) -> containers.Image | None:
         return image_for(stage, self.target)
 
     def prepare(self, store_root: Path, plan) -> list[Prepared]:
-        """Render and validate every stage before anything is recorded."""
+        """Render and validate every stage before anything is recorded; a Charliecloud image is
+        imported (when missing) and asked whether it can run each stage."""
         prepared = []
-        code_root = Path(plan.code.get("root") or PROJECT_ROOT)  # a reproduction's: its code snapshot
+        profile = self.target.profile
+        probed: set = set()
         with tempfile.TemporaryDirectory() as tmp:
             for stage in _stages(plan):
                 image = self.image_for(stage)
-                params = sbatch_params(stage, self.target.profile, store_root, image, code_root)
-                test_only(render(params, Path(tmp), python_for(image)))  # checks #SBATCH lines only
-                prepared.append(Prepared(params=params, image=image, record={
-                    "container_image": image.reference if image else None, "profile": self.target.profile.name}))
+                record = {"container_image": image.reference if image else None, "profile": profile.name}
+                where = None
+                if image is not None:
+                    self.bundle = self.bundle or bundles.collect()
+                    where = in_image(store_root, plan.code, image, profile, self.bundle)
+                    record.update(container_runtime=profile.container_runtime,
+                                  runtime_bundle={"digest": self.bundle.digest, "packages": self.bundle.packages})
+                params, python = job(stage, profile, store_root, image, where)
+                test_only(render(params, Path(tmp), python))  # checks #SBATCH lines only
+                if where is not None and where.squashfs is not None:
+                    key = (where.squashfs, tuple(sorted(needs_of(stage))))
+                    if key not in probed:
+                        probe(image, where, profile, store_root, stage)
+                        probed.add(key)
+                prepared.append(Prepared(params=params, image=image, record=record, python=python))
         return prepared
 
     def dry_run(self, store_root: Path, plan) -> str:
-        return dry_run(store_root, _stages(plan), self.target)
+        return dry_run(store_root, _stages(plan), self.target, plan.code)
 
     def launch(self, store: Store, run_ids: list[str], prepared: list[Prepared],
                echo: Callable[[str], None] = print) -> bool:
         import submitit
 
+        if any(p.image is not None for p in prepared):
+            bundles.store(self.bundle or bundles.collect(), store.root)
         job_of: dict[str, str] = {}
         for run_id, prep in zip(run_ids, prepared):
             spec = store.run_spec(run_id)
             ups = sorted({job_of[ref["run"]] for ref in spec.get("pending_inputs", {}).values()})
             folder = store.run_dir(run_id) / "logs"
-            executor = submitit.SlurmExecutor(folder=folder, python=python_for(prep.image))
+            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image))
             params = dict(prep.params)
             if ups:
                 params["dependency"] = "afterok:" + ":".join(ups)
@@ -211,19 +355,42 @@ class SlurmExecutor:
         return True
 
 
+def needs_of(stage: dict) -> dict:
+    from runtime.image import needs
+
+    return needs(stage)
+
+
+def job(stage: dict, profile: profiles.Profile, store_root: Path, image: containers.Image | None,
+        where: InImage | None) -> tuple[dict, str]:
+    """(sbatch parameters, the command's interpreter) of one stage: what the dry run shows, what
+    `--test-only` checks and what is submitted."""
+    if image is None or where is None:
+        return sbatch_params(stage, profile, store_root, None), python_for(None)
+    params = sbatch_params(stage, profile, store_root, image, code_root=where.code, bundle=where.bundle_path)
+    return params, python_for(image, profile=profile, store_root=store_root, code_root=where.code,
+                              bundle=where.bundle_path, squashfs=where.squashfs)
+
+
 def _stages(plan) -> list[dict]:
     from dataclasses import asdict
 
     return [asdict(sp) for sp in plan.stages]
 
 
-def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget) -> str:
+def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget, code: dict | None = None) -> str:
     """Every stage's sbatch script, as it would be submitted, with the chain's dependencies spelled out."""
     out = []
     preview = SlurmTarget(target.profile, allow_unpinned=True)  # show it all; a real submit still refuses
+    bundle = None
     for stage in stages:
         image = image_for(stage, preview)
-        params = sbatch_params(stage, target.profile, store_root, image)
+        where = None
+        if image is not None:
+            bundle = bundle or bundles.collect()
+            where = in_image(store_root, code or {"snapshot": "<code snapshot>"}, image, target.profile, bundle,
+                             import_missing=False)
+        params, python = job(stage, target.profile, store_root, image, where)
         if image is not None and not image.pinned and not target.allow_unpinned:
             out.append(f"# WARNING: {image.name} ({image.image}) is not pinned by digest: a real submit refuses it")
         folder = store_root / "runs" / f"<run {stage['stage']}>" / "logs"
@@ -231,7 +398,7 @@ def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget) -> str:
         dependency = "afterok:" + ":".join(f"<job {u}>" for u in ups) if ups else None
         out.append(f"### {stage['recipe']}/{stage['stage']}"
                    + (f"  image {image.reference}" if image else "") + "\n"
-                   + render(params, folder, python_for(image), dependency) + _preview(stage))
+                   + render(params, folder, python, dependency) + _preview(stage))
     return "\n".join(out)
 
 

@@ -155,3 +155,76 @@ def test_good_profile_with_sbatch_options_loads(tmp_path, monkeypatch):
     p = profiles.load("p")
     text = rendered(STAGE, p, IMAGE)
     assert "#SBATCH --mail-user=a@b.c" in text and "#SBATCH --requeue" in text and "/data:/data:ro" in text
+
+
+# --- container jobs: what they bring into the image, and how each runtime starts them -------------
+
+BUNDLE = Path("/lustre/store/runtime/" + "ef" * 32)
+SNAPSHOT = Path("/lustre/store/code/art_" + "12" * 32)
+
+
+def in_image(runtime: str, **kw) -> tuple[str, profiles.Profile]:
+    from jobs.executors.slurm import python_for
+
+    profile = profiles.Profile(partition="batch", container_runtime=runtime, **kw)
+    params = sbatch_params(STAGE, profile, Path("/lustre/store"), IMAGE, code_root=SNAPSHOT, bundle=BUNDLE)
+    python = python_for(IMAGE, profile=profile, store_root=Path("/lustre/store"), code_root=SNAPSHOT, bundle=BUNDLE,
+                        squashfs=Path("/shared/images/nemo-rl.sqsh"))
+    return render(params, Path("/lustre/store/runs/RUN/logs"), python), profile
+
+
+def test_a_pyxis_job_brings_the_snapshot_and_the_bundle_through_the_store_mount():
+    text, _ = in_image("pyxis")
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert "--container-mounts=/lustre/store:/lustre/store " in srun   # the snapshot and the bundle live there
+    assert f"--container-workdir={SNAPSHOT}" in srun
+    assert srun.endswith("python3 -u -m runtime.bootstrap -u -m submitit.core._submit /lustre/store/runs/RUN/logs")
+    assert f"export PYTHONPATH={SNAPSHOT}\n" in text and f"export JOBS_RUNTIME_BUNDLE={BUNDLE}\n" in text
+    assert f"export JOBS_IMAGE={IMAGE.reference}\n" in text and "ch-run" not in text
+
+
+def test_a_charliecloud_job_runs_ch_run_with_usr2_ignored_and_the_same_bootstrap():
+    text, _ = in_image("charliecloud", container_mounts=["/data:/data"])
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert "--container-image" not in text
+    assert ("""sh -c 'trap "" USR2; exec "$@"' sh ch-run --bind=/lustre/store:/lustre/store --bind=/data:/data """
+            f"--cd={SNAPSHOT} /shared/images/nemo-rl.sqsh -- python3 -u -m runtime.bootstrap -u -m submitit.core._submit") in srun
+    assert f"export PYTHONPATH={SNAPSHOT}\n" in text and f"export JOBS_RUNTIME_BUNDLE={BUNDLE}\n" in text
+    assert 'export USER="${USER:-$(id -un)}"' in text
+
+
+def test_charliecloud_binds_take_no_flags_and_an_unknown_runtime_is_refused(tmp_path, monkeypatch):
+    with pytest.raises(ExecutorError, match="without flags"):
+        in_image("charliecloud", container_mounts=["/data:/data:ro"])
+    f = tmp_path / "profiles.yaml"
+    f.write_text("p: {container_runtime: docker}\n")
+    monkeypatch.setenv("JOBS_PROFILES", str(f))
+    with pytest.raises(ExecutorError, match="container_runtime must be one of pyxis, charliecloud"):
+        profiles.load("p")
+
+
+def test_nano3_dry_run_starts_every_stage_through_the_bootstrap(tmp_path):
+    """`jobs submit nano3 --stage all --executor slurm --dry-run` with a pyxis profile and pinned images:
+    every stage's srun line runs the image's python3 through runtime.bootstrap, with the code snapshot
+    and the runtime bundle that a real submit would write, under the one store mount."""
+    from helpers import run_jobs
+    from jobs import bundle
+
+    lock = tmp_path / "machine.lock"
+    lock.write_text(f"nemo: {{image: 'nvcr.io/nvidia/nemo:25.11.nemotron_3_nano', digest: 'sha256:{'aa' * 32}'}}\n"
+                    f"nemo-rl: {{image: 'nvcr.io/nvidia/nemo-rl:v0.4.0.nemotron_3_nano', digest: 'sha256:{'bb' * 32}'}}\n")
+    (tmp_path / "profiles.yaml").write_text("gpu: {partition: batch, container_mounts: ['/data:/data']}\n")
+    store = tmp_path / "store"
+    r = run_jobs(store, "submit", "nano3", "--stage", "all", "--executor", "slurm", "--profile", "gpu", "--dry-run",
+                 env={"JOBS_PROFILES": str(tmp_path / "profiles.yaml"), "JOBS_CONTAINERS_LOCK": str(lock)})
+    assert r.code == 0, r.err
+    scripts = r.out.split("### ")[1:]
+    assert len(scripts) == 9 and not store.exists()
+    digest = bundle.collect().digest.split(":", 1)[1]
+    for script in scripts:
+        srun = next(line for line in script.splitlines() if line.startswith("srun "))
+        assert "--container-image=nvcr.io#nvidia/nemo" in srun and f"@sha256:" in srun
+        assert f"--container-mounts={store}:{store},/data:/data " in srun
+        assert " python3 -u -m runtime.bootstrap -u -m submitit.core._submit " in srun
+        assert f"export JOBS_RUNTIME_BUNDLE={store}/runtime/{digest}\n" in script
+        assert f"export PYTHONPATH={store}/code/art_" in script
