@@ -77,20 +77,21 @@ def compare(store: Store, old: RunView, new: RunView) -> Comparison:
     return cmp
 
 
-def settle_drift(old: RunView, plan, facts: list[dict], allow: bool, echo: Callable[[str], None] = print) -> list[dict]:
+def settle_drift(old: RunView, plan, executor, allow: bool, echo: Callable[[str], None] = print) -> dict:
     """What a reproduction of `old` would run in now, against what the record says it ran in: the
-    container image (today's pin in containers.lock) and the Python environment. A difference is
-    refused in one line, before anything is recorded, unless `allow`; then the new record says what
-    was recorded and what ran (`env_drift`). Returns the facts for the new record."""
+    container image (the stage's pin in containers.lock today, when the executor runs it in one) and
+    the Python environment. Asked before the executor prepares, so an image that moved is refused
+    before it is imported. A difference is refused in one line unless `allow`; then the new record
+    says what was recorded and what ran (`env_drift`). Returns the facts for the new record."""
+    from dataclasses import asdict
+
     spec = old.spec
     drift: dict = {}
-    was, now = spec.get("container_image"), facts[0].get("container_image")
+    image_for = getattr(executor, "image_for", None)   # only an executor that runs images has one
+    image = image_for(asdict(plan.stages[0])) if image_for else None
+    was, now = spec.get("container_image"), image.reference if image else None
     if was != now:
         drift["container_image"] = {"recorded": was, "ran": now}
-    # What a container job brings into its image beyond the code (submitit and its requirements).
-    was, now = (spec.get("runtime_bundle") or {}).get("digest"), (facts[0].get("runtime_bundle") or {}).get("digest")
-    if was and now and was != now:
-        drift["runtime_bundle"] = {"recorded": was, "ran": now}
     env = plan.environment
     packages = package_drift(spec["environment"].get("packages", {}), env["packages"])
     if spec["environment"].get("python") != env["python"]:
@@ -103,7 +104,7 @@ def settle_drift(old: RunView, plan, facts: list[dict], allow: bool, echo: Calla
         echo(f"environment drift (allowed): {_drift_words(spec, drift)}")
     else:
         echo(f"environment matches the record: {now or env['digest'][:23]}")
-    return [{**facts[0], "reproduces": old.id, **({"env_drift": drift} if drift else {})}]
+    return {"reproduces": old.id, **({"env_drift": drift} if drift else {})}
 
 
 def _drift_words(spec: dict, drift: dict) -> str:
@@ -118,9 +119,6 @@ def _drift_words(spec: dict, drift: dict) -> str:
             words.append(f"the run ran in {image['recorded']}, but profile {spec.get('profile')!r} now runs without containers")
         else:
             words.append(f"the run ran without a container, but would now run in {image['ran']}")
-    if drift.get("runtime_bundle"):
-        words.append(f"the runtime bundle differs from the record: {drift['runtime_bundle']['recorded'][:23]} -> "
-                     f"{drift['runtime_bundle']['ran'][:23]}")
     changes = drift.get("python", {}).get("changes", [])
     if changes:
         words.append("environment differs from the record: " + "; ".join(changes[:5])

@@ -2,6 +2,8 @@
 
 Everything a user can get wrong is refused before the store is created or written: the profile,
 the recipe's resources, the store path, every stage's config, and every input artifact, re-hashed.
+`jobs reproduce` comes this way too, with a plan made from a run's record (`Request.reproduces`),
+checked against the image and environment it would run in now, and never served from the run cache.
 """
 from __future__ import annotations
 
@@ -68,13 +70,14 @@ def submit_runs(req: Request, echo: Callable[[str], None] = print) -> tuple[list
             profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
         if req.dry_run:
             echo(executor.dry_run(store.root, plan))
-            return True
-        prepared = executor.prepare(store.root, plan)
-        facts = [p.record for p in prepared]
+            return [], True
+        extra = {}
         if req.reproduces:  # the image and packages it would run in now, against the record's
             from jobs.reproduce import settle_drift
 
-            facts = settle_drift(store.run(req.reproduces), plan, facts, req.allow_env_drift, echo)
+            extra = settle_drift(store.run(req.reproduces), plan, executor, req.allow_env_drift, echo)
+        prepared = executor.prepare(store.root, plan)
+        facts = [{**p.record, **extra} for p in prepared]
         verify_inputs(store, plan)
         store = Store.open(store.root, create=True)
         store.ensure_writable()

@@ -1,9 +1,8 @@
 """`jobs reproduce` of a Slurm run: re-run on Slurm through the one submit path, from the record alone,
-and compared bit for bit; an image that moved since the run is refused, or run and recorded as drift."""
+in the image digest it ran in, and compared bit for bit; an image that moved since the run is refused
+in one line, or run and recorded as drift."""
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from pathlib import Path
 
@@ -11,13 +10,12 @@ import pytest
 
 from helpers import run_jobs, tree_digest
 from lineage import Store
+from test_containers_on_slurm import dev_image, write_profiles  # noqa: F401 (a fixture)
 from test_executor import wait
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 SMALL = ["pretrain.steps=20", "pretrain.log_every=5", "pretrain.warmup=5", "pretrain.checkpoint_every=100",
          "tracking.wandb=disabled", "tracking.tensorboard=false"]
-IMAGE_A = "jobs/tiny-cpu@sha256:" + "a" * 64
-DIGEST_B = "sha256:" + "b" * 64
 
 
 @pytest.fixture
@@ -71,49 +69,60 @@ def test_a_slurm_pretrain_is_reproduced_on_slurm_bit_for_bit(data_store, tmp_pat
     assert d.code == 0 and d.out.strip() == "no differences in config, code, environment, inputs or outputs"
 
 
-def rewrite_record(store: Path, run: str, **fields) -> None:
-    """Make a run's record say what another machine's would (the way a store moved between sites differs)."""
-    path = next((Store(store).records / "run").rglob(f"{run}.json"))
-    spec = json.loads(path.read_text())
-    spec.update(fields)
-    os.chmod(path, 0o644)
-    path.write_text(json.dumps(spec))
-    os.chmod(path, 0o444)
-
-
-def test_an_image_that_moved_is_refused_then_run_with_the_drift_recorded(tmp_path, env):
+def test_a_run_in_the_image_is_reproduced_in_its_digest_and_a_moved_pin_is_refused(tmp_path, dev_image, slurm_cluster):
+    image, squashfs = dev_image
+    env = write_profiles(tmp_path)
     store = tmp_path / "store"
-    run = slurm_run(store, env, "--stage", "data")
-    # The record says the run ran in IMAGE_A on profile `boxed`; since then the lock pins another digest.
-    rewrite_record(store, run, container_image=IMAGE_A, profile="boxed")
-    lock = tmp_path / "containers.lock"
-    lock.write_text(f"tiny-cpu:\n  image: jobs/tiny-cpu:0.1\n  digest: {DIGEST_B}\n")
-    profiles = Path(env["JOBS_PROFILES"])
-    profiles.write_text("boxed: {partition: debug}\n")
-    env = {**env, "JOBS_CONTAINERS_LOCK": str(lock)}
-    before = tree_digest(store)
-    r = run_jobs(store, "reproduce", run, env=env)
-    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.out + r.err
-    assert (f"the recorded image {IMAGE_A} is no longer the pin of 'tiny-cpu' (containers.lock pins "
-            f"jobs/tiny-cpu@{DIGEST_B})") in r.err and "--allow-env-drift" in r.err
-    assert tree_digest(store) == before                                  # nothing recorded
+    r = run_jobs(store, "submit", "tiny", "--stage", "data", "--executor", "slurm", "--profile", "ch", env=env)
+    assert r.code == 0, r.out + r.err
+    run = submitted(r.out)
+    assert wait(store, run, {"SUCCEEDED", "FAILED", "CANCELLED"}, deadline_s=600, env=env).state == "SUCCEEDED"
 
-    # The site now runs the profile without containers: refused too, then allowed and recorded.
-    profiles.write_text("boxed: {partition: debug, containers: false}\n")
+    # Reproduced on Slurm, in the recorded digest, bit for bit.
+    r = run_jobs(store, "reproduce", run, env=env, timeout=900)
+    assert r.code == 0 and "reproduced bit for bit" in r.out, r.out + r.err
+    s = Store(store)
+    old, new = s.run(run), s.run(the_reproduction(store, run))
+    assert old.spec["container_image"] == new.spec["container_image"] == image.reference
+    assert [a["image"] for a in new.attempts] == [image.reference]            # the job says it ran in it
+    assert new.attempts[0]["python_executable"] == "/usr/bin/python3"         # the image's Python, not ours
+    assert new.jobs[-1]["executor"] == "slurm" and new.outputs == old.outputs and "env_drift" not in new.spec
+
+    # The pin moves to another digest: refused in one line, before anything is recorded or imported.
+    moved = image.digest[:-8] + "0badc0de"
+    lock = tmp_path / "moved.lock"
+    lock.write_text(f"tiny-cpu:\n  image: {image.image}\n  digest: {moved}\n")
+    before, images_before = tree_digest(store), sorted(p.name for p in squashfs.parent.iterdir())
+    r = run_jobs(store, "reproduce", run, env={**env, "JOBS_CONTAINERS_LOCK": str(lock)})
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.out + r.err
+    assert (f"the recorded image {image.reference} is no longer the pin of 'tiny-cpu' (containers.lock pins "
+            f"{image.repository}@{moved})") in r.err and "--allow-env-drift" in r.err
+    assert tree_digest(store) == before and sorted(p.name for p in squashfs.parent.iterdir()) == images_before
+    # Allowed, the moved pin must still be importable: the registry has no such digest, so it is refused too.
+    empty = tmp_path / "images"
+    Path(env["JOBS_PROFILES"]).write_text(f"ch: {{partition: debug, cpus_per_task: 2, container_runtime: charliecloud, "
+                                          f"container_dir: '{empty}'}}\n")
+    r = run_jobs(store, "reproduce", run, "--allow-env-drift", env={**env, "JOBS_CONTAINERS_LOCK": str(lock)})
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "ch-image pull failed" in r.err, r.out + r.err
+    assert tree_digest(store) == before and not list(empty.glob("*.sqsh"))
+
+    # The profile now runs on the host: refused too; allowed, it runs there and the record holds the drift.
+    Path(env["JOBS_PROFILES"]).write_text("ch: {partition: debug, cpus_per_task: 2, containers: false}\n")
     r = run_jobs(store, "reproduce", run, env=env)
-    assert r.code == 2 and f"the run ran in {IMAGE_A}, but profile 'boxed' now runs without containers" in r.err
+    assert r.code == 2 and f"the run ran in {image.reference}, but profile 'ch' now runs without containers" in r.err
     assert tree_digest(store) == before
     r = run_jobs(store, "reproduce", run, "--allow-env-drift", "--no-wait", env=env)
     assert r.code == 0, r.out + r.err
     assert "environment drift (allowed)" in r.out and "reproduced" not in r.out
-    new_id = the_reproduction(store, run)
-    assert f"jobs reproduce --compare {new_id}" in r.out
-    assert wait(store, new_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, deadline_s=600, env=env).state == "SUCCEEDED"
-    r = run_jobs(store, "reproduce", "--compare", new_id[:13], env=env)
-    assert r.code == 0 and f"reproduced bit for bit: {new_id} has the same outputs as {run}" in r.out, r.out + r.err
+    drifted = [x["id"] for x in Store(store).index().runs() if Store(store).run(x["id"]).spec.get("env_drift")]
+    assert len(drifted) == 1 and f"jobs reproduce --compare {drifted[0]}" in r.out
+    assert wait(store, drifted[0], {"SUCCEEDED", "FAILED", "CANCELLED"}, deadline_s=600, env=env).state == "SUCCEEDED"
+    r = run_jobs(store, "reproduce", "--compare", drifted[0][:13], env=env)
+    assert r.code == 0 and f"reproduced bit for bit: {drifted[0]} has the same outputs as {run}" in r.out, r.out + r.err
     assert run_jobs(store, "reproduce", "--compare", run, env=env).code == 2   # not a reproduction: one line
-    new = Store(store).run(new_id)
-    assert new.spec["executor"] == "slurm" and new.spec["container_image"] is None
-    assert new.spec["env_drift"] == {"container_image": {"recorded": IMAGE_A, "ran": None}}
-    d = run_jobs(store, "diff", run, new.id)
-    assert d.code == 1 and d.out.splitlines() == [f"env     image {IMAGE_A} -> None"]
+    new = Store(store).run(drifted[0])
+    assert new.spec["container_image"] is None and "image" not in new.attempts[0]
+    assert new.spec["env_drift"] == {"container_image": {"recorded": image.reference, "ran": None}}
+    d = run_jobs(store, "diff", run, new.id, env=env)
+    assert d.code == 1 and f"env     image {image.reference} -> None" in d.out
+    assert f"drift     container_image: recorded {image.reference}, ran None" in run_jobs(store, "show", new.id, env=env).out
