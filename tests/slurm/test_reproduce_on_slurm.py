@@ -87,6 +87,8 @@ def test_a_run_in_the_image_is_reproduced_in_its_digest_and_a_moved_pin_is_refus
     assert [a["image"] for a in new.attempts] == [image.reference]            # the job says it ran in it
     assert new.attempts[0]["python_executable"] == "/usr/bin/python3"         # the image's Python, not ours
     assert new.jobs[-1]["executor"] == "slurm" and new.outputs == old.outputs and "env_drift" not in new.spec
+    assert new.spec["runtime_bundle"] == old.spec["runtime_bundle"]
+    assert run_jobs(store, "diff", run, new.id, env=env).code == 0          # same image, bundle, code, config
 
     # The pin moves to another digest: refused in one line, before anything is recorded or imported.
     moved = image.digest[:-8] + "0badc0de"
