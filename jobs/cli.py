@@ -118,7 +118,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     store = open_store(args)
     lines = diff(store, store.index().resolve_run(args.a), store.index().resolve_run(args.b))
     print("\n".join(lines) if lines else "no differences in config, code, environment, inputs or outputs")
-    return 0
+    return 1 if lines else 0   # like diff(1): scripts can ask whether two runs differ
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -197,9 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
             a("id"), a("--format", choices=["text", "mermaid", "dot", "json"], default="text"), as_json)
     command("index", call("jobs.maintenance:index", "store", "rebuild"), "bring the SQLite index up to date with the records",
             a("--rebuild", **flag, help="drop it and read every record again"))
-    command("reproduce", call("jobs.reproduce:command", "store", "run", "allow_env_drift"), "re-run a record exactly (code, config, inputs) and compare outputs",
-            a("run"), a("--allow-env-drift", **flag, help="run even if installed packages differ from the record"))
-    command("diff", cmd_diff, "how two runs differ: config, code, environment, inputs, outputs", a("a"), a("b"))
+    command("reproduce", call("jobs.reproduce:command", "store", "run", "allow_env_drift", "no_wait", "compare"),
+            "re-run a record exactly (code, config, inputs, image) where it ran, and compare outputs",
+            a("run"), a("--allow-env-drift", **flag,
+                        help="run even if the image pin or installed packages differ from the record (recorded as drift)"),
+            a("--no-wait", **flag, help="a Slurm run: return once the reproduction is submitted"),
+            a("--compare", **flag, help="RUN is an ended reproduction (from --no-wait): compare it with its original"))
+    command("diff", cmd_diff, "how two runs differ: config, code, environment, image, inputs, outputs (exit 1 when they do)",
+            a("a"), a("b"))
     command("verify", call("jobs.maintenance:verify", "store", "id", "all"), "re-hash artifacts and report corruption", a("id", nargs="?"), a("--all", **flag))
     command("gc", cmd_gc, "delete artifacts nothing keeps (dry run unless --yes)",
             a("--older-than", type=float, default=7.0, metavar="DAYS", help="retention (default 7 days)"),

@@ -93,6 +93,29 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
     return Plan(recipe=recipe.name, executor=executor, stages=plans, code=code_state(), environment=python_env())
 
 
+def plan_from_record(store: Store, view, executor: str) -> Plan:
+    """The plan of a recorded run, for `jobs reproduce`: its recipe, stage, resolved config, input
+    artifact IDs and code snapshot exactly as recorded, never recomposed from today's recipe files.
+    The code runs from the snapshot's folder in the store; the environment is this one (the caller
+    compares it with the record)."""
+    from jobs.provenance import python_env
+
+    s = view.spec
+    snapshot = s["code"].get("snapshot")
+    if not snapshot:
+        raise InputError(f"run {view.id} recorded no code snapshot: it cannot be reproduced exactly")
+    try:
+        store.verify(snapshot)
+    except LineageError as e:
+        raise InputError(f"run {view.id}: its code snapshot is corrupt, not used: {' '.join(str(e).split())}") from None
+    stage = StagePlan(
+        recipe=s["recipe"], stage=s["stage"], module=s["module"], config=s["config"], inputs=dict(view.inputs),
+        upstream={}, input_kinds=dict(s.get("input_kinds", {})), outputs=dict(s["outputs"]),
+        resources=dict(s.get("resources", {})), container=s.get("container"), ray=bool(s.get("ray")))
+    code = {**s["code"], "root": store.artifact(snapshot)["path"]}
+    return Plan(recipe=s["recipe"], executor=executor, stages=[stage], code=code, environment=python_env())
+
+
 def _check_config(recipe: str, spec, config: dict) -> None:
     """The stage contract: the module imports, has `run(ctx)`, and its `check_config(config)` (given
     `resources=` too when it takes them) finds no problem. Bad values are refused here, before

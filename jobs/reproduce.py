@@ -1,15 +1,15 @@
 """`jobs reproduce` and `jobs diff`: re-run a record exactly, and say how two runs differ.
 
-Reproduction uses only the record: the code snapshot artifact (put first on PYTHONPATH, so the
-job imports the recorded code, not today's checkout), the resolved config, and the input artifact
-IDs, each verified first. The environment is compared with the recorded one and a mismatch stops
-the run unless `--allow-env-drift`.
+A reproduction goes through the one submit path (jobs/submit.py) with a plan made from the record
+alone (jobs/plan.py `plan_from_record`): the code snapshot artifact (first on the job's PYTHONPATH,
+so the job imports the recorded code, not today's checkout), the resolved config and the input
+artifact IDs, each verified first, on the executor and profile the record names. The image and the
+Python environment it would run in now are compared with the record's; a difference stops it before
+anything is recorded unless `--allow-env-drift`, and the new record then says what drifted.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from jobs.errors import JobsError
@@ -77,62 +77,136 @@ def compare(store: Store, old: RunView, new: RunView) -> Comparison:
     return cmp
 
 
-def reproduce(store: Store, run_id: str, allow_env_drift: bool, echo: Callable[[str], None] = print) -> tuple[str, Comparison]:
-    from jobs.executors.local import LocalExecutor
-    from lineage.ids import run_key
-    from jobs.provenance import python_env
+def settle_drift(old: RunView, plan, executor, allow: bool, echo: Callable[[str], None] = print) -> dict:
+    """What a reproduction of `old` would run in now, against what the record says it ran in: the
+    container image (the stage's pin in containers.lock today, when the executor runs it in one) and
+    the Python environment. Asked before the executor prepares, so an image that moved is refused
+    before it is imported. A difference is refused in one line unless `allow`; then the new record
+    says what was recorded and what ran (`env_drift`). Returns the facts for the new record."""
+    from dataclasses import asdict
+
+    spec = old.spec
+    drift: dict = {}
+    image_for = getattr(executor, "image_for", None)   # only an executor that runs images has one
+    image = image_for(asdict(plan.stages[0])) if image_for else None
+    was, now = spec.get("container_image"), image.reference if image else None
+    if was != now:
+        drift["container_image"] = {"recorded": was, "ran": now}
+    env = plan.environment
+    packages = package_drift(spec["environment"].get("packages", {}), env["packages"])
+    if spec["environment"].get("python") != env["python"]:
+        packages.insert(0, f"python {spec['environment'].get('python')} -> {env['python']}")
+    if packages:
+        drift["python"] = {"recorded": spec["environment"].get("digest"), "ran": env["digest"], "changes": packages}
+    if drift and not allow:
+        raise JobsError(f"{_drift_words(spec, drift)} (--allow-env-drift runs with what is here now and records the drift)")
+    if drift:
+        echo(f"environment drift (allowed): {_drift_words(spec, drift)}")
+    else:
+        echo(f"environment matches the record: {now or env['digest'][:23]}")
+    return {"reproduces": old.id, **({"env_drift": drift} if drift else {})}
+
+
+def _drift_words(spec: dict, drift: dict) -> str:
+    words = []
+    image = drift.get("container_image")
+    if image:
+        name = spec.get("container") or "the stage's image"
+        if image["recorded"] and image["ran"]:
+            words.append(f"the recorded image {image['recorded']} is no longer the pin of {name!r} "
+                         f"(containers.lock pins {image['ran']})")
+        elif image["recorded"]:
+            words.append(f"the run ran in {image['recorded']}, but profile {spec.get('profile')!r} now runs without containers")
+        else:
+            words.append(f"the run ran without a container, but would now run in {image['ran']}")
+    changes = drift.get("python", {}).get("changes", [])
+    if changes:
+        words.append("environment differs from the record: " + "; ".join(changes[:5])
+                     + (f"; … {len(changes) - 5} more" if len(changes) > 5 else ""))
+    return "; ".join(words)
+
+
+def reproduce(store: Store, run_id: str, allow_env_drift: bool, wait: bool = True,
+              echo: Callable[[str], None] = print) -> tuple[str, Comparison | None]:
+    """Submit `run_id` again through the one submit path, on the executor and profile its record
+    names, and compare outputs once it ends. `wait=False` returns after a Slurm submission (None)."""
+    from jobs.submit import Request, submit_runs
 
     old = store.run(run_id)
     spec = old.spec
     if old.state != RunState.SUCCEEDED:
         raise JobsError(f"run {run_id} is {old.state}: only a SUCCEEDED run has outputs to reproduce")
-    snapshot = spec["code"].get("snapshot")
-    if not snapshot:
-        raise JobsError(f"run {run_id} recorded no code snapshot: it cannot be reproduced exactly")
-    for what, art in [("code", snapshot), *sorted(old.inputs.items())]:
-        store.verify(art)  # raises Corrupt, naming the files
-    echo(f"verified code {snapshot[:16]} and inputs " + (", ".join(f"{r}={a[:16]}" for r, a in sorted(old.inputs.items())) or "(none)"))
+    executor = spec.get("executor") or "local"
+    req = Request(recipe=spec["recipe"], stages=spec["stage"], executor=executor, store=str(store.root),
+                  profile=spec.get("profile") if executor == "slurm" else None, reproduces=run_id,
+                  allow_env_drift=allow_env_drift, allow_unpinned=allow_env_drift)
+    where = executor + (f", profile {spec.get('profile')}" if executor == "slurm" and spec.get("profile") else "")
+    echo(f"reproducing {run_id} ({spec['recipe']}/{spec['stage']}) on {where} with the code snapshot "
+         f"{str(spec['code'].get('snapshot'))[:16]} and inputs "
+         + (", ".join(f"{r}={a[:16]}" for r, a in sorted(old.inputs.items())) or "(none)"))
+    (new_id,), _ = submit_runs(req, echo)
+    if executor == "slurm":
+        if not wait:
+            echo(f"{new_id} submitted; when it has ended: jobs reproduce --compare {new_id}")
+            return new_id, None
+        try:
+            wait_for(store, new_id, echo)
+        except KeyboardInterrupt:
+            echo(f"\nstopped waiting; the job goes on. When it has ended: jobs reproduce --compare {new_id}")
+            raise
+    return new_id, compare_ended(store, new_id)
 
-    env = python_env()
-    drift = package_drift(spec["environment"].get("packages", {}), env["packages"])
-    if spec["environment"].get("python") != env["python"]:
-        drift.insert(0, f"python {spec['environment'].get('python')} -> {env['python']}")
-    if drift:
-        summary = "; ".join(drift[:5]) + (f"; … {len(drift) - 5} more" if len(drift) > 5 else "")
-        if not allow_env_drift:
-            raise JobsError(f"environment differs from the record: {summary} (--allow-env-drift to proceed)")
-        echo(f"environment drift (allowed): {summary}")
-    else:
-        echo(f"environment matches the record ({env['digest'][:23]})")
 
-    code_dir = Path(store.artifact(snapshot)["path"])
-    new_spec = {k: v for k, v in spec.items() if k not in ("id", "created", "run_key")}
-    new_spec.update(inputs=dict(old.inputs), pending_inputs={}, executor="local", environment=env,
-                    code={**spec["code"], "root": str(code_dir)}, reproduces=run_id)
-    new_spec["run_key"] = run_key(new_spec)
-    new_id = store.create_run(new_spec)
-    echo(f"reproducing {run_id} ({spec['recipe']}/{spec['stage']}) as {new_id} with the code in {code_dir}")
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(code_dir), saved] if p)
-    try:
-        LocalExecutor().launch(store, [new_id], echo=echo)
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+def wait_for(store: Store, run_id: str, echo: Callable[[str], None], poll_s: float = 2.0) -> RunView:
+    """Poll the run as `jobs status` does (recording an end only Slurm saw) until it has ended,
+    saying each change of its state once."""
+    import time
+
+    from jobs.status import statuses
+    from lineage.states import TERMINAL
+
+    said = None
+    while True:
+        ((view, live),) = statuses(store, [run_id])
+        if view.state in TERMINAL:
+            return view
+        now = view.state + (f" (Slurm: {live.state}{', ' + live.reason if live.reason else ''})" if live else "")
+        if now != said:
+            echo(f"{run_id}  {view.spec['stage']:<9} {now}")
+            said = now
+        time.sleep(poll_s)
+
+
+def compare_ended(store: Store, new_id: str) -> Comparison:
+    """The comparison of an ended reproduction with the run its record says it reproduces."""
+    from lineage.states import TERMINAL
+
     new = store.run(new_id)
+    old_id = new.spec.get("reproduces")
+    if not old_id:
+        raise JobsError(f"run {new_id} is not a reproduction: its record names no run it reproduces")
+    if new.state not in TERMINAL:
+        raise JobsError(f"the reproduction {new_id} is {new.state}: compare it when it has ended (`jobs status {new_id}`)")
     if new.state != RunState.SUCCEEDED:
         raise JobsError(f"the reproduction {new_id} ended {new.state}: {new.reason} (see `jobs logs {new_id}`)")
-    return new_id, compare(store, old, new)
+    return compare(store, store.run(old_id), new)
 
 
-def command(store: Store, run: str, allow_env_drift: bool, echo: Callable[[str], None] = print) -> int:
-    """`jobs reproduce`: 0 when the outputs came out bit for bit the same, else 1 with what moved."""
+def command(store: Store, run: str, allow_env_drift: bool = False, no_wait: bool = False, compare_only: bool = False,
+            echo: Callable[[str], None] = print) -> int:
+    """`jobs reproduce RUN`: 0 when the outputs came out bit for bit the same, else 1 with what moved.
+    `--compare NEW` compares an ended reproduction (one submitted with `--no-wait`) with its original."""
     run_id = store.index().resolve_run(run)
-    store.ensure_writable()
-    new_id, cmp = reproduce(store, run_id, allow_env_drift, echo)
-    echo("\n".join(outcome(run_id, new_id, cmp)))
+    if compare_only:
+        cmp = compare_ended(store, run_id)
+        old_id, new_id = store.run(run_id).spec["reproduces"], run_id
+    else:
+        store.ensure_writable()
+        old_id = run_id
+        new_id, cmp = reproduce(store, run_id, allow_env_drift, wait=not no_wait, echo=echo)
+        if cmp is None:
+            return 0
+    echo("\n".join(outcome(old_id, new_id, cmp)))
     return 0 if cmp.identical else 1
 
 
@@ -169,6 +243,9 @@ def diff(store: Store, a: str, b: str) -> list[str]:
     ea, eb = va.spec["environment"], vb.spec["environment"]
     if va.spec.get("container_image") != vb.spec.get("container_image"):
         lines.append(f"env     image {va.spec.get('container_image')} -> {vb.spec.get('container_image')}")
+    ba, bb = (va.spec.get("runtime_bundle") or {}).get("digest"), (vb.spec.get("runtime_bundle") or {}).get("digest")
+    if ba != bb:
+        lines.append(f"env     runtime bundle {ba} -> {bb}")
     if ea.get("digest") != eb.get("digest"):
         lines += [f"env     {d}" for d in package_drift(ea.get("packages", {}), eb.get("packages", {}))]
         if ea.get("python") != eb.get("python"):

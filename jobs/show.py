@@ -117,6 +117,12 @@ def print_run(store, idx, run_id: str) -> None:
     if v.metrics:
         print("metrics   " + "  ".join(f"{k}={_num(x)}" for k, x in sorted(v.metrics.items())))
     print(f"folder    {store.run_dir(run_id)}")
+    if s.get("reproduces"):
+        print(f"reproduces {s['reproduces']}")
+    for what, d in sorted(s.get("env_drift", {}).items()):
+        ran = d.get("ran")
+        print(f"drift     {what}: recorded {d.get('recorded')}, ran {ran}"
+              + (f" ({'; '.join(d['changes'][:5])})" if d.get("changes") else ""))
     print("config    " + json.dumps(s["config"], sort_keys=True))
 
 

@@ -2,10 +2,13 @@
 
 Everything a user can get wrong is refused before the store is created or written: the profile,
 the recipe's resources, the store path, every stage's config, and every input artifact, re-hashed.
+`jobs reproduce` comes this way too, with a plan made from a run's record (`Request.reproduces`),
+checked against the image and environment it would run in now, and never served from the run cache.
 """
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,6 +30,8 @@ class Request:
     dry_run: bool = False
     force: bool = False                          # run even if an identical run already succeeded
     allow_unpinned: bool = False
+    reproduces: str | None = None                # a run ID: plan from its record (`jobs reproduce`), not the recipe
+    allow_env_drift: bool = False                # with reproduces: run even if the image or packages moved
 
 
 def store_root(explicit: str | None, profile=None) -> Path:
@@ -42,8 +47,13 @@ def store_root(explicit: str | None, profile=None) -> Path:
 
 def submit(req: Request, echo: Callable[[str], None] = print) -> bool:
     """Run (local) or submit (slurm) the request; False when a local stage failed."""
+    return submit_runs(req, echo)[1]
+
+
+def submit_runs(req: Request, echo: Callable[[str], None] = print) -> tuple[list[str], bool]:
+    """`submit`, returning the recorded run IDs too."""
     from jobs import executors, profiles
-    from jobs.plan import make_plan, record, verify_inputs
+    from jobs.plan import make_plan, plan_from_record, record, verify_inputs
     from jobs.provenance import CodeChanged, store_snapshot
     from lineage import Store
 
@@ -52,14 +62,23 @@ def submit(req: Request, echo: Callable[[str], None] = print) -> bool:
     store = Store(store_root(req.store, profile))
     executor = executors.get(req.executor, profile, allow_unpinned=req.allow_unpinned)
     for tries in (1, 2, 3):
-        plan = make_plan(store, req.recipe, req.stages, overrides=req.overrides, inputs=req.inputs, executor=req.executor)
+        if req.reproduces:
+            plan = plan_from_record(store, store.run(req.reproduces), req.executor)
+        else:
+            plan = make_plan(store, req.recipe, req.stages, overrides=req.overrides, inputs=req.inputs, executor=req.executor)
         for sp in plan.stages:
             profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
         verify_inputs(store, plan)   # dry runs too: a dry run that passes means the submit would
         if req.dry_run:
             echo(executor.dry_run(store.root, plan))
-            return True
+            return [], True
+        extra = {}
+        if req.reproduces:  # the image and packages it would run in now, against the record's
+            from jobs.reproduce import settle_drift
+
+            extra = settle_drift(store.run(req.reproduces), plan, executor, req.allow_env_drift, echo)
         prepared = executor.prepare(store.root, plan)
+        facts = [{**p.record, **extra} for p in prepared]
         store = Store.open(store.root, create=True)
         store.ensure_writable()
         try:
@@ -69,12 +88,32 @@ def submit(req: Request, echo: Callable[[str], None] = print) -> bool:
             if tries == 3:
                 raise
 
-    facts = [p.record for p in prepared]
-    reused = {} if req.force else _reuse(store, plan, facts, echo)
+    reused = {} if req.force or req.reproduces else _reuse(store, plan, facts, echo)
     run_ids = record(store, plan, facts=facts, reused=reused)
     echo(f"recorded {len(run_ids)} run(s) in {store.root}")
     keep = [p for sp, p in zip(plan.stages, prepared) if sp.stage not in reused]
-    return executor.launch(store, run_ids, keep, echo=echo)
+    with _code_on_path(plan.code.get("root")):
+        return run_ids, executor.launch(store, run_ids, keep, echo=echo)
+
+
+@contextmanager
+def _code_on_path(root: str | None):
+    """The jobs import the code the plan names: a reproduction's snapshot goes first on PYTHONPATH,
+    which local jobs inherit and sbatch exports; a submission of this checkout changes nothing."""
+    from jobs.provenance import PROJECT_ROOT
+
+    saved = os.environ.get("PYTHONPATH")
+    if not root or Path(root) == PROJECT_ROOT:
+        yield
+        return
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(root), saved] if p)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def _reuse(store, plan, facts: list[dict], echo) -> dict[str, str]:

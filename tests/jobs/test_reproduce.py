@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_jobs
+from helpers import run_jobs, tree_digest
 from lineage import Store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -79,10 +79,17 @@ def test_reproduce_refuses_environment_drift_unless_allowed(tmp_path, env):
     spec["environment"]["packages"]["torch"] = "0.0.1"
     os.chmod(path, 0o644)
     path.write_text(json.dumps(spec))
+    before = tree_digest(store)
     r = run_jobs(store, "reproduce", run, env=env)
     assert r.code == 2 and "environment differs" in r.err and "torch 0.0.1 ->" in r.err
+    assert len(r.err.strip().splitlines()) == 1 and tree_digest(store) == before   # one line, nothing recorded
     ok = run_jobs(store, "reproduce", run, "--allow-env-drift", env=env)
     assert ok.code == 0 and "drift (allowed)" in ok.out and "reproduced bit for bit" in ok.out
+    new = [r for r in runs(store) if r != run][0]
+    drift = Store(store).run(new).spec["env_drift"]
+    assert list(drift) == ["python"] and any(c.startswith("torch 0.0.1 -> ") for c in drift["python"]["changes"])
+    shown = run_jobs(store, "show", new).out
+    assert f"reproduces {run}" in shown and "drift     python: recorded" in shown and "torch 0.0.1 -> " in shown
 
 
 def test_diff_names_config_input_and_output_differences(tmp_path, env):
@@ -91,9 +98,9 @@ def test_diff_names_config_input_and_output_differences(tmp_path, env):
     assert run_jobs(store, "submit", "testchain", "--stage", "count", "count.steps=3", env=env).code == 0
     b, a = runs(store)
     d = run_jobs(store, "diff", a, b)
-    assert d.code == 0 and "config  count.steps: 2 -> 3" in d.out and "output  result:" in d.out
+    assert d.code == 1 and "config  count.steps: 2 -> 3" in d.out and "output  result:" in d.out
     same = run_jobs(store, "diff", a, a)
-    assert "no differences" in same.out
+    assert same.code == 0 and "no differences" in same.out
 
 
 def test_gc_keeps_what_is_kept_and_deletes_the_rest(tmp_path, env):
