@@ -334,6 +334,7 @@ class SlurmExecutor:
         import submitit
 
         if any(p.image is not None for p in prepared):
+            store.folder("runtime")   # made without following a link planted on the way
             bundles.store(self.bundle or bundles.collect(), store.root)
         job_of: dict[str, str] = {}
         for run_id, prep in zip(run_ids, prepared):
