@@ -261,8 +261,9 @@ def test_a_bad_layout_or_a_key_the_image_lacks_is_refused_at_submit_in_one_line(
     env = {"JOBS_PROFILES": str(tmp_path / "none.yaml")}
     for override, needle in (("pretrain.model.tensor_model_parallel_size=3", "not a multiple of tensor*pipeline*context = 3"),
                              ("+sft.dataset.trust_remote_code=true", "sft.dataset.trust_remote_code: unknown key"),
-                             ("+rl.loss_fn.reference_policy_kl_type=k3", "NeMo RL 0.4.0 has no such key"),
-                             ("+rm.policy.dtensor_cfg.foo=1", "rm.policy.dtensor_cfg.foo: NeMo RL 0.4.0 has no such key"),
+                             ("+rl.grpo.max_num_epoch=2", "rl.grpo.max_num_epoch: NeMo RL nano-v3 has no such key"),
+                             ("+rm.policy.dtensor_cfg.foo=1", "rm.policy.dtensor_cfg.foo: NeMo RL nano-v3 has no such key"),
+                             ("rl.policy.dtensor_cfg.enabled=true", "(NeMo RL refuses at nemo_rl/models/policy/lm_policy.py:84)"),
                              ("rl.policy.train_global_batch_size=2000", "not a multiple of train_micro_batch_size * data parallel = 1 * 32")):
         r = run_jobs(store, "submit", "nano3", "--stage", "all", "--executor", "slurm", "--dry-run",
                      override, env=env)

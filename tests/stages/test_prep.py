@@ -41,7 +41,7 @@ def prepared(tmp_path_factory):
     store = tmp_path_factory.mktemp("prep store") / "store"
     toy = make.overrides(src)
     # Two environments here, to check the mix and prompt-only rows (nano3's own rl runs math only).
-    toy["prep_rl"] += [f"prep_rl.sources=[{{name: math, path: '{src}/rl/math', env_map: {{math_with_judge: math}}}},"
+    toy["prep_rl"] += [f"prep_rl.sources=[{{name: math, path: '{src}/rl/math', env_map: {{math_with_judge_simple_agent: math}}}},"
                        f" {{name: chat, path: '{src}/rl/chat', prompt_only: true, env: reward_model}}]",
                        "prep_rl.mix={math: 0.8}", "+prep_rl.mix.reward_model=0.2"]
     for stage in ("prep_pretrain", "prep_sft", "prep_rl"):
@@ -250,12 +250,16 @@ def test_prep_rl_drops_exactly_the_planted_contaminated_prompts(prepared):
     prompts, ev = output(store, view, "prompts"), output(store, view, "eval")
     train, valid, test = _rows(prompts / "train.jsonl"), _rows(prompts / "validation.jsonl"), _rows(ev / "test.jsonl")
     assert view.metrics["prep/rl/decontaminated"] == len(prepared["planted"]) == 3
-    math = [r for r in _rows(src / "rl/math/train.jsonl") if r["env"] == "math_with_judge"]
-    used = {r["prompt"] for r in train + valid if r["task_name"] == "math"} | \
-           {r["prompt"] for r in test if r["source"] == "held_out"}
-    assert used == {r["prompt"] for r in math} - set(prepared["planted"])
+    math = [r for r in _rows(src / "rl/math/train.jsonl")
+            if r["agent_ref"]["name"] == make.MATH_AGENT and "_hf_placeholder" not in r]
+    used = {r["prompt"]: r["answer"] for r in train + valid if r["task_name"] == "math"} | \
+           {r["prompt"]: r["answer"] for r in test if r["source"] == "held_out"}
+    # NVIDIA's blend layout: the prompt is the request's user turn, the answer its expected_answer
+    assert used == {r["responses_create_params"]["input"][-1]["content"]: r["expected_answer"] for r in math
+                    if r["question"] not in prepared["planted"]}
     assert len(valid) == 8 and {r["task_name"] for r in train + valid} == {"math", "reward_model"}
     assert view.metrics["prep/rl/dropped_unmapped_env"] == prepared["n_code"]
+    assert view.metrics["prep/rl/dropped_placeholder"] == prepared["n_placeholder"]
     assert all(r["answer"] for r in train if r["task_name"] == "math")
     assert [r for r in test if r["source"] == "bench"] == [
         {"prompt": b["problem"], "answer": b["answer"], "source": "bench"} for b in prepared["bench"]]
@@ -270,6 +274,7 @@ def test_prep_rl_drops_exactly_the_planted_contaminated_prompts(prepared):
     ("prep_rl", "prep_rl.sources=[{name: c, path: 'hf://x/y', prompt_only: true, env: reward_model}]",
      "environment 'reward_model' is not in prep_rl.mix"),
     ("prep_rl", "prep_rl.mix.math=-1", "prep_rl.mix.math must be a number > 0"),
+    ("prep_rl", "prep_rl.sources.0.resolve_placeholders=true", "fetching _hf_placeholder rows from DAPO / Skywork is not implemented"),
     ("prep_pretrain,prep_sft", "prep_sft.packing_algorithm=best_fit", "prep_sft.packing_algorithm must be one of"),
 ])
 def test_bad_prep_config_is_refused_at_submit_in_one_line(store_path, stage, override, says):
