@@ -126,7 +126,7 @@ def collect(cfg: dict, dropped: dict) -> list[dict]:
     pool = []
     for s in cfg["sources"]:
         for row in src.load(dict(s, sample=cfg["sample"])):
-            if "_hf_placeholder" in row:     # its question lives in another hub dataset (DAPO, Skywork)
+            if row.get("_hf_placeholder") is not None:   # its question lives in another hub dataset (DAPO, Skywork)
                 dropped["placeholder"] += 1
                 continue
             prompt = _prompt_text(_first(row, s.get("prompt_field"), PROMPT_FIELDS))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run_jobs, tree_digest
+from jobs import recipes
 from lineage import Store
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
@@ -251,7 +252,7 @@ def test_prep_rl_drops_exactly_the_planted_contaminated_prompts(prepared):
     train, valid, test = _rows(prompts / "train.jsonl"), _rows(prompts / "validation.jsonl"), _rows(ev / "test.jsonl")
     assert view.metrics["prep/rl/decontaminated"] == len(prepared["planted"]) == 3
     math = [r for r in _rows(src / "rl/math/train.jsonl")
-            if r["agent_ref"]["name"] == make.MATH_AGENT and "_hf_placeholder" not in r]
+            if r["agent_ref"]["name"] == make.MATH_AGENT and r.get("_hf_placeholder") is None]
     used = {r["prompt"]: r["answer"] for r in train + valid if r["task_name"] == "math"} | \
            {r["prompt"]: r["answer"] for r in test if r["source"] == "held_out"}
     # NVIDIA's blend layout: the prompt is the request's user turn, the answer its expected_answer
@@ -264,6 +265,32 @@ def test_prep_rl_drops_exactly_the_planted_contaminated_prompts(prepared):
     assert [r for r in test if r["source"] == "bench"] == [
         {"prompt": b["problem"], "answer": b["answer"], "source": "bench"} for b in prepared["bench"]]
     assert sum(r["source"] == "held_out" for r in test) == 5
+
+
+def test_prep_rl_reads_nvidias_rl_blend_rows_with_nano3s_own_agent_map(tmp_path):
+    """Rows as Nemotron's RL data prep writes them (question, expected_answer, responses_create_params,
+    dataset; NeMo Gym routes by agent_ref.name), read with nano3's own prep_rl source settings: the math
+    agent's rows become ResponseDataset rows, other agents' rows and `_hf_placeholder` rows are counted."""
+    src = tmp_path / "src"
+    facts = make.make(src)
+    store = tmp_path / "store"
+    blend = dict(recipes.compose(recipes.load("nano3"), "prep_rl", [])["prep_rl"]["sources"][0])
+    env_map = ", ".join(f"{k}: {v}" for k, v in blend["env_map"].items())     # nano3's own: agent -> environment
+    source = f"{{name: blend, path: '{src}/rl/math', env_map: {{{env_map}}}}}"
+    r = run_jobs(store, "submit", "nano3", "--stage", "prep_rl", *QUIET, f"prep_rl.sources=[{source}]",
+                 *make.overrides(src)["prep_rl"][1:])
+    assert r.code == 0, r.out + r.err
+    view = latest_run(Store(store), "prep_rl")
+    prompts = output(Store(store), view, "prompts")
+    rows = _rows(prompts / "train.jsonl") + _rows(prompts / "validation.jsonl")
+    blend_rows = [x for x in _rows(src / "rl/math/train.jsonl") if x.get("agent_ref", {}).get("name") == make.MATH_AGENT
+                  and "expected_answer" in x]
+    expected = {x["responses_create_params"]["input"][-1]["content"]: x["expected_answer"] for x in blend_rows}
+    assert rows and all(expected[x["prompt"]] == x["answer"] and x["task_name"] == "math" for x in rows)
+    assert view.metrics["prep/rl/dropped_unmapped_env"] == facts["n_code"]
+    assert view.metrics["prep/rl/dropped_placeholder"] == facts["n_placeholder"]
+    manifest = json.loads((prompts / "manifest.json").read_text())
+    assert manifest["train"] == len(_rows(prompts / "train.jsonl"))
 
 
 @pytest.mark.parametrize("stage,override,says", [
