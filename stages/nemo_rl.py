@@ -371,6 +371,21 @@ def best_step(steps: list[Path], checkpointing: dict) -> Path:
     return max(scored)[2] if scored else steps[-1]
 
 
+def as_reward_model(hf_dir: Path) -> None:
+    """NeMo RL's DCP -> HF converter writes the config of policy.model_name, the SFT causal LM
+    (nemo_rl/utils/native_checkpoint.py: AutoConfig.from_pretrained(model_name).save_pretrained); the
+    weights are a Bradley-Terry model's, one score. Make the config say so: the sequence-classification
+    class of the same architecture and one label, so AutoModelForSequenceClassification loads the head."""
+    import json
+
+    path = Path(hf_dir) / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg["architectures"] = [a.replace("ForCausalLM", "ForSequenceClassification") for a in cfg.get("architectures") or []]
+    cfg["id2label"], cfg["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
+    cfg.pop("num_labels", None)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
 def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     """rl: GRPO/DPO -> the policy (`model`); rm: Bradley-Terry training -> `reward_model`."""
     import yaml
@@ -411,4 +426,6 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
         ctx.requeue()  # stopped at its own deadline before its own end: resume in the next attempt
     out = ctx.output_dir(output)
     subprocess.run(export_command(best_step(steps, full["checkpointing"]), out, megatron=megatron), check=True, cwd=REPO)
+    if stage == "rm":
+        as_reward_model(out)
     return {output: out}

@@ -203,3 +203,20 @@ def test_evals_vllm_engines_start_with_the_configured_python(tmp_path):
     assert p.exitcode == 0 and (tmp_path / "log").read_text().startswith("started\n")
     cfg, _ = nano3("eval")
     assert cfg["eval"]["vllm_python"] == "/usr/local/bin/python-VllmGenerationWorker"
+
+
+def test_the_reward_models_export_config_loads_a_one_score_sequence_classifier(tmp_path):
+    """NeMo RL's DCP -> HF converter writes the SFT model's causal-LM config next to the reward model's
+    weights (native_checkpoint.py: AutoConfig.from_pretrained(policy.model_name).save_pretrained)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, LlamaConfig
+
+    from stages import nemo_rl
+
+    LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                vocab_size=64, architectures=["LlamaForCausalLM"]).save_pretrained(tmp_path)
+    assert AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(tmp_path)).score.out_features == 2
+    nemo_rl.as_reward_model(tmp_path)
+    cfg = AutoConfig.from_pretrained(tmp_path)
+    model = AutoModelForSequenceClassification.from_config(cfg)
+    assert cfg.architectures == ["LlamaForSequenceClassification"] and type(model).__name__ == cfg.architectures[0]
+    assert model.score.out_features == 1
