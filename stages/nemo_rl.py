@@ -38,7 +38,7 @@ class Driver:
 
 
 # Which driver runs what. run_grpo_math.py sends every prompt to the math env and run_grpo_rm.py
-# every prompt to the reward model env: a mix of the two has no driver at NeMo RL 0.4.0.
+# every prompt to the reward model env: a mix of the two has no driver at NeMo RL nano-v3.
 DRIVERS = {
     "grpo/math": Driver("examples/run_grpo_math.py", "examples/configs/grpo_math_1B.yaml", "grpo"),
     "grpo/reward_model": Driver("examples/run_grpo_rm.py", "examples/configs/grpo_rm_1B.yaml", "grpo",
@@ -47,7 +47,7 @@ DRIVERS = {
     "rm": Driver("examples/run_rm.py", "examples/configs/rm.yaml", "rm"),
 }
 # Keys the data loaders read beyond the DataConfig TypedDict (nemo_rl/data/datasets/*/__init__.py
-# at v0.4.0: get_extra_kwargs(data_config, ["val_data_path", "input_key", ...])).
+# at nano-v3 and v0.4.0: get_extra_kwargs(data_config, ["val_data_path", "input_key", ...])).
 LOADER_KEYS = ("data.val_data_path", "data.train_split", "data.val_split",
                # read by the Megatron policy worker but absent from its MegatronConfig TypedDict
                # (nemo_rl/models/policy/workers/megatron_policy_worker.py:675-690 at nano-v3)
@@ -86,7 +86,7 @@ def driver_for(kind: str, env: dict | None = None) -> Driver:
     names = sorted(env or {})
     if len(names) != 1 or f"grpo/{names[0]}" not in DRIVERS:
         raise NemoRLError(f"rl.env must name exactly one of math, reward_model (got {', '.join(names) or 'none'}): "
-                          "NeMo RL 0.4.0's run_grpo_math.py scores every prompt with the math verifier and "
+                          "NeMo RL nano-v3's run_grpo_math.py scores every prompt with the math verifier and "
                           "run_grpo_rm.py every prompt with the reward model, so a mix would be mis-scored")
     return DRIVERS[f"grpo/{names[0]}"]
 

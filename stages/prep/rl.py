@@ -3,7 +3,7 @@ and the eval set, decontaminated against each other. No tokenization: NeMo RL ap
 template at rollout time.
 
 Inputs: none. Outputs:
-    prompts/  train.jsonl, validation.jsonl  {"prompt", "answer", "task_name"}: what NeMo RL v0.4.0's
+    prompts/  train.jsonl, validation.jsonl  {"prompt", "answer", "task_name"}: what NeMo RL nano-v3's
               ResponseDataset reads (data.dataset_name: ResponseDataset, input_key: prompt,
               output_key: answer); task_name is the environment rl.yaml's env runs for the row.
               manifest.json: counts per environment and dropped rows by reason.
