@@ -6,10 +6,13 @@ the recipe cannot: the parent config (`defaults:` examples/configs/*.yaml in the
 fills every key we do not set), the data keys the driver reads, the allocation (cluster), input
 paths, where to write; and drops our own keys (backend, algorithm) and the other algorithm's
 sections. Every key is checked at submit against the MasterConfig of the NeMo RL version the
-image carries (containers.lock -> upstream_fields.yaml). Drivers: run_grpo_math.py (env: math),
-run_grpo_rm.py (env: reward_model), run_dpo.py, run_rm.py. Rank 0 runs the driver against the Ray
-cluster the job started (RAY_ADDRESS is set; NeMo RL attaches to it), then converts the last
-checkpoint to a HF folder, the stage's output.
+image carries (containers.lock -> upstream_fields.yaml), and the config merged with its parent as
+NeMo RL's loader merges it must pass every refusal NeMo RL makes at construction
+(stages/nemo_rl_checks.py). Drivers: run_grpo_math.py (env: math), run_grpo_rm.py (env:
+reward_model), run_dpo.py, run_rm.py. Rank 0 runs the driver against the Ray cluster the job started
+(RAY_ADDRESS is set; NeMo RL attaches to it) with W&B offline unless tracking says online; requeues
+only while the driver's own end (max_num_steps or max_num_epochs, whichever first) is not reached;
+then converts the best step by checkpointing.metric_name to a HF folder, the stage's output.
 """
 from __future__ import annotations
 
