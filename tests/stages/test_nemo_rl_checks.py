@@ -73,7 +73,7 @@ def test_grpo_and_dpo_run_megatron_with_dtensor_and_its_torch_optimizer_off_as_n
     ("+rl.policy.generation.top_k=50", "vllm_generation.py:93"),
     ("rl.policy.megatron_cfg.defer_fp32_logits=false", "megatron_policy_worker.py:754"),
     ("rl.checkpointing.metric_name=accuracy", "grpo.py:1570"),
-    ("+rl.policy.dynamic_batching={enabled: true}", "lm_policy.py:213"),
+    ("+rl.policy.dynamic_batching.enabled=true", "lm_policy.py:213"),
     ("+rl.loss_fn.force_on_policy_ratio=true rl.policy.train_global_batch_size=1024", "grpo.py:609"),
 ])
 def test_a_config_nemo_rl_would_refuse_is_refused_with_its_upstream_line(override, where):
