@@ -328,6 +328,12 @@ def preview(config: dict[str, Any], resources: dict[str, Any], stage: str = "rl"
                      f"tensor_parallel_size={vllm.get('tensor_parallel_size')} "
                      f"gpu_memory_utilization={vllm.get('gpu_memory_utilization')}")
     lines.append(f"cluster: {cfg['cluster']['num_nodes']} nodes x {cfg['cluster']['gpus_per_node']} GPUs")
+    from stages import nemo_rl_checks
+
+    env = job_env((config.get("tracking", {}) or {}).get("wandb", "offline"))
+    lines.append(f"driver env: {' '.join(f'{k}={v}' for k, v in env.items()) or '(as the job)'}; merged with "
+                 f"{drv.defaults} as NeMo RL's loader does, checked against {len(nemo_rl_checks.CHECKS)} of its "
+                 f"construction-time refusals ({nemo_rl_checks.parents()['source']})")
     return "\n".join(lines + [f"{runs / 'nemo_rl.yaml'}:", yaml.safe_dump(cfg, sort_keys=False)])
 
 
