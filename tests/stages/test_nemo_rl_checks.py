@@ -2,7 +2,7 @@
 parents as its loader merges them, then the refusals its policy, generation, logger, algorithm setup and
 drivers make at construction (stages/nemo_rl_checks.py, each with its upstream file and line); and the
 rl/rm run's own rules that follow NeMo RL's behaviour (its stop condition, its best checkpoint, W&B offline).
-Facts: ../shared-free restatements of NeMo RL nano-v3 (823fcc904) source, cited per test."""
+The facts are NeMo RL's nano-v3 branch (823fcc904), each cited by file and line."""
 from __future__ import annotations
 
 import json
