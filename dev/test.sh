@@ -16,10 +16,22 @@ step() {  # step NAME COMMAND...: run, then print its output; its exit status
 }
 step setup "$root/dev/setup.sh" & venv=$!
 step bridge "$root/dev/bridge_venv.sh" & bridge=$!   # megatron-core + Megatron-Bridge on CPU (tests/stages/test_bridge_real.py)
-# chromium + graphviz for the report tests, then the real cluster the Slurm tests run against (none is skipped)
-{ step system_packages "$root/dev/system_packages.sh" && step slurm "$root/dev/slurm/up.sh"; } & system=$!
+# Debian packages: chromium + graphviz for the report tests; Charliecloud, the registry, skopeo and
+# mmdebstrap for the container tests (none is skipped). Then side by side: the real Slurm cluster the
+# Slurm tests run against; the local TLS registry and the image's Debian base (dev/containers/).
 failed=0
-for p in "$venv" "$bridge" "$system"; do wait "$p" || failed=1; done
+step system_packages "$root/dev/system_packages.sh" || failed=1
+slurm= base=
+if [ "$failed" = 0 ]; then
+  step slurm "$root/dev/slurm/up.sh" & slurm=$!
+  { step registry "$root/dev/containers/registry.sh" && step rootfs "$root/dev/containers/rootfs.sh"; } & base=$!
+fi
+for p in "$venv" $base; do wait "$p" || failed=1; done
+# The image (the stages' libraries at .venv's versions) pushed, pinned in the machine's lock and
+# imported for Charliecloud, once per set-up; it needs .venv, the registry and the base.
+image=
+[ "$failed" = 0 ] && { step image "$root/dev/containers/image.sh" & image=$!; }
+for p in "$bridge" $slurm $image; do wait "$p" || failed=1; done
 [ "$failed" = 0 ] || { echo "dev/test.sh: set-up failed (see above)" >&2; exit 1; }
 rm -rf "$logs"
 trap - EXIT

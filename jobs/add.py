@@ -5,17 +5,39 @@ The bytes are copied into the store first and the copy is registered (read-only,
 parallel like stage outputs): the user's own folder is never made read-only, and a later edit of
 it cannot change the artifact. The artifact has no producing run, so the lineage shows it as a
 root, with its origin (the path, and `--source` / `--revision` when given) in its metadata.
+
+Everything a user can get wrong is refused before the store is created or written: the kind, the
+name, and every entry of the folder, lstat-ed (a link, FIFO, socket or device node is named and
+refused; none is ever opened). The copy opens each file without following links or blocking and
+checks it is still a regular file, so nothing swapped in meanwhile is streamed. Content already in
+the store (same artifact ID, files that verify) is not copied again: the name gets a version only
+if none of its versions holds it yet. A refused or failed add leaves nothing behind.
 """
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
 import shutil
 import socket
+import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.errors import InputError
+
+
+@dataclass(frozen=True)
+class Added:
+    """What `jobs add` did: the artifact, the version of the name that holds it, and whether this
+    add made that version (False: an earlier version already held the same content)."""
+
+    artifact: str
+    name: str
+    version: int
+    new_version: bool
+    copied: bool
 
 
 def readable_kinds() -> dict[str, list[str]]:
@@ -30,44 +52,227 @@ def readable_kinds() -> dict[str, list[str]]:
     return kinds
 
 
-def add(store_root: Path, path: str, kind: str, name: str, source: str | None = None,
-        revision: str | None = None) -> tuple[str, int]:
-    """Register a copy of `path`; returns (artifact ID, version of `name`). Bad input changes nothing."""
-    from lineage import Store, refs
+def _kind_of(st: os.stat_result) -> str:
+    m = st.st_mode
+    return ("a file" if stat.S_ISREG(m) else "a symbolic link (pass its target, or copy the file in)" if stat.S_ISLNK(m)
+            else "a FIFO" if stat.S_ISFIFO(m)
+            else "a socket" if stat.S_ISSOCK(m) else "a device node" if stat.S_ISCHR(m) or stat.S_ISBLK(m)
+            else "not a regular file")
+
+
+def _utf8(name: str, where: Path) -> None:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = ascii(str(where).encode("utf-8", "surrogateescape"))[2:-1]
+        raise InputError(f"'{shown}': its name is not valid UTF-8; rename it (records are UTF-8 JSON)") from None
+
+
+def check_source(src: Path) -> None:
+    """Every entry under `src` is a plain file or folder with a UTF-8 name; nothing is opened."""
+    from lineage.errors import show_path
+
+    _utf8(str(src.absolute()), src)
+    st = src.lstat()
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise InputError(f"{show_path(src)} is {_kind_of(st)}: only plain files and folders can be added")
+    stack = [src] if stat.S_ISDIR(st.st_mode) else []
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            raise InputError(f"cannot read {show_path(folder)}: {e.strerror or e}") from None
+        for entry in entries:
+            path = Path(entry.path)
+            _utf8(entry.name, path)
+            est = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(est.st_mode):
+                stack.append(path)
+            elif not stat.S_ISREG(est.st_mode):
+                raise InputError(f"{show_path(path)} is {_kind_of(est)}: an artifact holds only plain files and "
+                                 "folders; nothing was added")
+
+
+def _copy_file(src: Path, dest: Path) -> dict:
+    """Copy one regular file, hashing as it goes; returns its manifest entry (path filled by the caller).
+
+    Opened without following a link and without blocking: a FIFO, device or link put in the file's
+    place after the check is refused, never read.
+    """
+    from lineage.errors import show_path
+    from lineage.hashing import ALGORITHM, CHUNK, normal_mode
+
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        raise InputError(f"cannot read {show_path(src)}: {e.strerror or e}") from None
+    with open(fd, "rb", buffering=0) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{show_path(src)} is {_kind_of(st)}: an artifact holds only plain files and folders")
+        h = hashlib.sha256()
+        size = 0
+        with open(dest, "xb") as out:
+            while chunk := f.read(CHUNK):
+                h.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+            os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IWUSR)
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return {"size": size, "digest": f"{ALGORITHM}:{h.hexdigest()}", "mode": normal_mode(st.st_mode)}
+
+
+def copy_tree(src: Path, dest: Path) -> list[dict]:
+    """Copy `src` (a file or folder) to `dest`; returns the copy's manifest, as lineage.hashing makes it."""
+    if not src.is_dir() or src.is_symlink():
+        return [{"path": dest.name, **_copy_file(src, dest)}]
+    entries = []
+    stack = [(src, dest, "")]
+    while stack:
+        folder, target, rel = stack.pop()
+        target.mkdir(mode=0o755)
+        with os.scandir(folder) as it:
+            children = sorted(it, key=lambda e: e.name)
+        for entry in children:
+            sub = f"{rel}{entry.name}"
+            if entry.is_dir(follow_symlinks=False):
+                stack.append((Path(entry.path), target / entry.name, sub + "/"))
+            else:
+                entries.append({"path": sub, **_copy_file(Path(entry.path), target / entry.name)})
+    return sorted(entries, key=lambda e: e["path"])
+
+
+def _check_ref_folders(store, name: str) -> None:
+    """Each folder on the way to the name's versions is a real folder, or absent: a file or link in
+    its place is refused now, before anything is copied, not after the artifact is recorded."""
+    from lineage.errors import Damaged, show_path
+
+    at = store.refs
+    for word in name.split("/"):
+        at = at / word
+        try:
+            st = at.lstat()
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            raise Damaged(f"damaged store: {show_path(at)} is {_kind_of(st)}, where the folder of name "
+                          f"{'/'.join(at.relative_to(store.refs).parts)} belongs; move it aside")
+
+
+def _holding_version(store, name: str, art: str) -> int | None:
+    """The newest version of `name` that points at `art`, or None."""
+    from lineage import refs
     from lineage.errors import LineageError
+
+    folder = store.refs / name
+    for v in reversed(refs.versions(store.refs, name)):
+        try:
+            if refs.read(refs.version_path(folder, v))["artifact"] == art:
+                return v
+        except LineageError:
+            continue
+    return None
+
+
+def _verifies(store, art: str) -> bool:
+    from lineage.errors import LineageError
+
+    try:
+        store.verify(art)
+        return True
+    except LineageError:
+        return False
+
+
+def add(store_root: Path, path: str, kind: str, name: str, source: str | None = None,
+        revision: str | None = None) -> Added:
+    """Register a copy of `path` under `name`. Bad input changes nothing, not even a missing store."""
+    from lineage import Store, refs
+    from lineage.hashing import artifact_id
     from lineage.ids import uuid7
+    from lineage.ids import fanout
+    from lineage.secrets import redact
+    from lineage.store import MARKER
 
     src = Path(path).expanduser()
     kinds = readable_kinds()
     if kind not in kinds:
         raise InputError(f"--kind {kind!r}: no stage reads that kind (kinds stages read: {', '.join(sorted(kinds))})")
     refs.check_name(name)
-    if src.is_symlink() or not (src.is_file() or src.is_dir()):
+    for what, text in (("--source", source), ("--revision", revision)):
+        if text is not None:
+            _utf8(text, Path(what))
+    if not os.path.lexists(src) or src.is_symlink() or not (src.is_file() or src.is_dir()):
         raise InputError(f"{path}: not a file or folder here" + (" (a symbolic link: pass its target)" if src.is_symlink() else ""))
+    check_source(src)
+
+    existed = (Path(store_root).expanduser() / MARKER).exists()
+    if existed:
+        _check_ref_folders(Store(store_root), name)
     store = Store.open(store_root, create=True)
-    store.ensure_writable()
     dest = store.root / "imports" / uuid7() / (src.name or "data")
-    dest.parent.mkdir(parents=True)
     try:
-        if src.is_dir():
-            shutil.copytree(src, dest, symlinks=True)   # a link inside is refused by register, not followed
-        else:
-            shutil.copy2(src, dest)
-        origin = {"path": str(src.absolute()), "host": socket.gethostname(), "user": getpass.getuser(),
-                  "source": source, "revision": revision, "added": time.time()}
-        art = store.register(dest, kind=kind, name=name, metadata={"origin": origin})
-    except (OSError, LineageError):
+        store.ensure_writable()
+        dest.parent.mkdir(parents=True)
+        entries = copy_tree(src, dest)
+        art = artifact_id(entries)
+        if _verifies(store, art):                  # the same bytes are in the store already: no second copy
+            had = store.artifact(art).get("kind")
+            if had != kind:
+                raise InputError(f"these bytes are already artifact {art[:16]} of kind {had}: add them with --kind {had}")
+            _remove(dest.parent)
+            held = _holding_version(store, name, art)
+            if held is not None:
+                return Added(art, name, held, new_version=False, copied=False)
+            return Added(art, name, refs.add(store.refs, name, art, None), new_version=True, copied=False)
+        origin = redact({"path": str(src.absolute()), "host": socket.gethostname(), "user": getpass.getuser(),
+                         "source": source, "revision": revision, "added": time.time()})
+        fresh = not os.path.lexists(store.records / "artifact" / fanout(art) / f"{art}.json")
+        registered = store.register(dest, kind=kind, metadata={"origin": origin})
+        if registered != art:  # changed between the copy and the registration: keep nothing of it
+            raise InputError(f"{path} changed while it was copied; add it again")
+        try:
+            return Added(art, name, refs.add(store.refs, name, art, None), new_version=True, copied=True)
+        except BaseException:
+            if fresh:   # no record may point at the copy removed below
+                store.remove_artifact_records(art)
+            raise
+    except BaseException:
         _remove(dest.parent)
+        _undo_store(store.root, created=not existed)
         raise
-    return art, refs.latest(store.refs, name)
 
 
 def _remove(folder: Path) -> None:
-    """Undo a refused import: nothing of it stays in the store."""
+    """Undo a refused import: nothing of it stays in the store (nor `imports/`, if it is now empty)."""
     for dirpath, dirnames, _ in os.walk(folder):
         for d in dirnames:
             try:
                 os.chmod(os.path.join(dirpath, d), 0o755, follow_symlinks=False)
             except (OSError, NotImplementedError):
                 pass
+    try:
+        os.chmod(folder, 0o755, follow_symlinks=False)
+    except (OSError, NotImplementedError):
+        pass
     shutil.rmtree(folder, ignore_errors=True)
+    try:
+        folder.parent.rmdir()   # only when empty: another add's import is never touched
+    except OSError:
+        pass
+
+
+def _undo_store(root: Path, created: bool) -> None:
+    """A store this add created and nothing else wrote to is removed again."""
+    from lineage.store import MARKER
+
+    if not created:
+        return
+    try:
+        if set(os.listdir(root)) <= {MARKER}:
+            (root / MARKER).unlink(missing_ok=True)
+            root.rmdir()
+    except OSError:
+        pass

@@ -70,8 +70,24 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def not_utf8(argv: list[str]) -> str | None:
+    """The first argument (or store path from $JOBS_HOME) that is not valid UTF-8, as a message."""
+    import os
+
+    for where, text in [*(("argument", a) for a in argv), ("$JOBS_HOME", os.environ.get("JOBS_HOME", ""))]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = ascii(text.encode("utf-8", "surrogateescape"))[2:-1]
+            return f"{where} '{shown}' is not valid UTF-8: records are UTF-8 JSON, so use UTF-8 names and values"
+    return None
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from jobs import show
+    from jobs.status import check_limit
+
+    check_limit(args.limit)
     show.print_runs(open_store(args).index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json)
     return 0
 
@@ -116,8 +132,15 @@ def cmd_add(args: argparse.Namespace) -> int:
     from jobs.add import add
     from jobs.submit import store_root
 
-    art, version = add(store_root(args.store), args.path, args.kind, args.name, args.source, args.revision)
-    print(f"{art}  {args.kind}  {args.name}:v{version} (use: --input ROLE={args.name}:latest)")
+    done = add(store_root(args.store), args.path, args.kind, args.name, args.source, args.revision)
+    use = f"(use: --input ROLE={done.name}:v{done.version})"
+    if not done.new_version:
+        print(f"{done.artifact}  {args.kind}  {done.name}:v{done.version} already holds these bytes: nothing added {use}")
+    elif not done.copied:
+        print(f"{done.artifact}  {args.kind}  {done.name}:v{done.version} (the store held these bytes already: "
+              f"no second copy) {use}")
+    else:
+        print(f"{done.artifact}  {args.kind}  {done.name}:v{done.version} {use}")
     return 0
 
 
@@ -185,12 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
             a("--metric", help="with --keep-top-k: the metric that ranks snapshots (lower is better)"),
             a("--higher-is-better", **flag, help="with --keep-top-k: rank by the highest metric"))
     command("pin", call("jobs.maintenance:pin", "store", "run", "unpin"), "keep a run's outputs from gc (--unpin to release)", a("run"), a("--unpin", **flag))
-    command("containers", call("jobs.containers:command", "action", "name", "digest", "dir", "srun", "dry_run"), "images in containers.lock: list, pin a digest, import to squashfs",
+    command("containers", call("jobs.containers:command", "action", "name", "digest", "dir", "srun", "dry_run", "runtime", "image"),
+            "images in containers.lock: list, pin a digest, import to squashfs",
             a("action", choices=["list", "pin", "import"]), a("name", nargs="?"),
             a("--digest", help="with pin: the sha256:… digest to record"),
-            a("--dir", default="~/.cache/jobs/enroot", help="with import: where squashfs images live"),
-            a("--srun", **flag, help="with import: run enroot on a compute node through srun"),
-            a("--dry-run", **flag, help="with import: print the commands only"))
+            a("--image", help="with pin: also set the entry's registry/repo:tag"),
+            a("--runtime", choices=["pyxis", "charliecloud"], default="pyxis",
+              help="with import: enroot for pyxis (default), or ch-image + ch-convert for Charliecloud"),
+            a("--dir", help="with import: where squashfs images live (default ~/.cache/jobs/enroot or ~/.cache/jobs/charliecloud)"),
+            a("--srun", **flag, help="with import --runtime pyxis: run enroot on a compute node through srun"),
+            a("--dry-run", **flag, help="with import --runtime pyxis: print the commands only"))
     command("export", call("jobs.export:command", "store", "id", "dvc", "name", "openlineage", "out"), "an artifact into a DVC repo, or a run as OpenLineage events",
             a("id", help="ART (with --dvc) or RUN (with --openlineage)"),
             a("--dvc", metavar="DIR", help="a DVC repository to put the artifact in"),
@@ -213,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     from lineage.errors import LineageError
 
     parser = build_parser()
+    bad = not_utf8(sys.argv[1:] if argv is None else list(argv))
+    if bad:
+        sys.stderr.write(f"jobs: error: {bad}\n")
+        return 2
     # Overrides may come before or after options (`submit tiny x=1 --stage a y=2`); argparse alone
     # would stop collecting positionals at the first option, so the leftovers are taken here.
     args, extra = parser.parse_known_args(argv)

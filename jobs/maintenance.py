@@ -46,8 +46,12 @@ def gc(store, older_than: float, yes: bool, echo: Callable[[str], None] = print)
     if not yes:
         echo(f"{len(victims)} artifact(s), {size(sum(c.size for c in victims))} nothing keeps; run `jobs gc --yes` to delete them")
         return 0
-    echo(f"deleted {len(victims)} artifact(s), {size(collect(store, victims))} freed")
-    return 0
+    kept_back: list[tuple[str, str]] = []
+    freed = collect(store, victims, kept_back)
+    for art, why in kept_back:
+        echo(f"kept {art[:20]}: cannot delete its files ({why}); their owner can")
+    echo(f"deleted {len(victims) - len(kept_back)} artifact(s), {size(freed)} freed")
+    return 1 if kept_back else 0
 
 
 def prune_snapshots(store, keep: int, metric: str | None, higher_is_better: bool, yes: bool,

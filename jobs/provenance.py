@@ -81,9 +81,8 @@ def store_snapshot(store: Store, code: dict) -> str:
     folder whose name is not the ID of its content.
     """
     art_id = code["snapshot"]
-    final = store.root / "code" / art_id
-    if not final.exists():
-        final.parent.mkdir(parents=True, exist_ok=True)
+    final = store.folder("code") / art_id   # code/ made without following a link planted on the way
+    if not os.path.lexists(final):
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
         try:
             try:

@@ -106,6 +106,45 @@ def load(name: str) -> Recipe:
     return Recipe(name=raw.get("name", name), description=raw.get("description", ""), path=path.parent, stages=stages)
 
 
+#: How deep a value may nest ({…} and […] in an override, mappings and lists in a config): far
+#: beyond any real config, far below Python's recursion limit that Hydra's parser and JSON hit.
+MAX_NESTING = 64
+
+
+def _nesting(text: str) -> int:
+    """The deepest bracket nesting in an override's text (quotes are not parsed: an upper bound)."""
+    depth = deepest = 0
+    for c in text:
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def check_values(config, where: str) -> None:
+    """What a record can hold: strict JSON (no NaN or Infinity, which strict parsers refuse), keys that
+    are strings, and no deeper nesting than MAX_NESTING."""
+    import math
+
+    stack = [(config, "", 1)]
+    while stack:
+        value, key, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise RecipeError(f"{where}: {key or 'the config'} is nested more than {MAX_NESTING} levels deep")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise RecipeError(f"{where}: key {k!r} under {key or 'the top'} is not a string")
+                stack.append((v, f"{key}.{k}" if key else k, depth + 1))
+        elif isinstance(value, list):
+            stack += [(v, f"{key}[{i}]", depth + 1) for i, v in enumerate(value)]
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise RecipeError(f"{where}: {key} is {value}: records are strict JSON, which has no NaN or "
+                              "Infinity; give a finite number (or null)")
+
+
 def split_overrides(overrides: list[str], stages: list[str]) -> dict[str, list[str]]:
     """Parse overrides with Hydra's grammar and route each to the stages it names.
 
@@ -114,10 +153,17 @@ def split_overrides(overrides: list[str], stages: list[str]) -> dict[str, list[s
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    for text in overrides:
+        depth = _nesting(text)
+        if depth > MAX_NESTING:
+            raise RecipeError(f"override {_one_line(text[:60])}...: nested {depth} levels deep, more than the "
+                              f"{MAX_NESTING} a config may have")
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as e:
         raise RecipeError(f"malformed override: {_one_line(e)}") from None
+    except RecursionError:
+        raise RecipeError(f"malformed override: nested too deeply to parse (at most {MAX_NESTING} levels)") from None
     routed: dict[str, list[str]] = {s: [] for s in stages}
     for text, ov in zip(overrides, parsed):
         head = ov.key_or_group.split(".")[0]
@@ -138,8 +184,12 @@ def compose(recipe: Recipe, stage: str, overrides: list[str]) -> dict:
         with initialize_config_dir(config_dir=str(recipe.path), version_base="1.3"):
             cfg = hydra_compose(config_name=stage, overrides=overrides)
         resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except RecursionError:
+        raise RecipeError(f"{recipe.name}/{stage}: the config is nested too deeply "
+                          f"(at most {MAX_NESTING} levels)") from None
     except Exception as e:  # Hydra and OmegaConf raise many types; all mean "this config is wrong"
         raise RecipeError(f"{recipe.name}/{stage}: {_one_line(e)}") from None
+    check_values(resolved, f"{recipe.name}/{stage}")
     return resolved
 
 

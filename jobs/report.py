@@ -123,7 +123,25 @@ def _run_label(idx, run: str) -> str:
 
 
 # ---- the lineage graph ----------------------------------------------------------------------
-def _graph_svg(store, idx, nodes: dict[str, str], edges: set, target: str | None, dot: str | None) -> str:
+def problems(store, arts) -> dict[str, str | None]:
+    """art -> why it does not verify (None: it does), as `jobs show` checks it: a report never shows
+    an artifact's name or numbers without saying its files changed."""
+    found: dict[str, str | None] = {}
+    for a in sorted(set(arts)):
+        try:
+            store.verify(a)
+            found[a] = None
+        except LineageError as e:   # changed files, or a record the report cannot read
+            found[a] = " ".join(str(e).split())
+    return found
+
+
+def _mark(problem: str | None) -> str:
+    return "ok" if problem is None else f"CORRUPT {problem}"
+
+
+def _graph_svg(store, idx, nodes: dict[str, str], edges: set, target: str | None, dot: str | None,
+               bad: dict[str, str | None] | None = None) -> str:
     labels = {}
     for n, what in nodes.items():
         if what == "run":
@@ -134,7 +152,7 @@ def _graph_svg(store, idx, nodes: dict[str, str], edges: set, target: str | None
                 kind = store.artifact(n)["kind"]
             except LineageError:  # a record the report cannot read is still a node
                 kind = "?"
-            labels[n] = f"{_art_label(idx, n)}\n{kind}  {n[:12]}"
+            labels[n] = f"{_art_label(idx, n)}\n{kind}  {n[:12]}" + ("\nCORRUPT" if (bad or {}).get(n) else "")
     if not dot:
         return _mpl_graph_svg(nodes, edges, labels, target)
     svg = _dot_svg(dot, nodes, edges, labels, target, "LR")
@@ -209,7 +227,7 @@ def _mpl_graph_svg(nodes, edges, labels, target) -> str:
     boxes = {}
     for n, (x, y) in pos.items():
         run = nodes[n] == "run"
-        boxes[n] = ax.text(x, y, labels[n], ha="center", va="center", fontsize=6.5, zorder=2, bbox={
+        boxes[n] = ax.text(x, y, labels[n], ha="center", va="center", fontsize=6.5, zorder=2, parse_math=False, bbox={
             "boxstyle": "square,pad=0.4" if run else "round,pad=0.4", "fc": RUN_FILL if run else ART_FILL,
             "ec": TARGET_EDGE if n == target else "#333333", "lw": 2.0 if n == target else 0.7})
     for a, b, role in sorted(edges):
@@ -220,7 +238,7 @@ def _mpl_graph_svg(nodes, edges, labels, target) -> str:
             "linestyle": "--" if role.endswith(PENDING) else "-"})
         (x0, y0), (x1, y1) = pos[a], pos[b]
         ax.text((x0 + x1) / 2, (y0 + y1) / 2, role, fontsize=5.5, color="#555555", ha="center", va="center",
-                zorder=4, bbox={"fc": "white", "ec": "none", "pad": 0.5})
+                zorder=4, parse_math=False, bbox={"fc": "white", "ec": "none", "pad": 0.5})
     return _fig_svg(fig)
 
 
@@ -228,12 +246,12 @@ def _mpl_graph_svg(nodes, edges, labels, target) -> str:
 def _read_small(path: Path) -> str | None:
     """A regular file's text, or None: a planted FIFO or device is never opened."""
     try:
-        st = os.lstat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    with open(path, "rb") as f:
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         return f.read(MAX_READ).decode("utf-8", "replace")
 
 
@@ -274,7 +292,7 @@ def _curves_svg(series: dict[str, list[tuple[float, float]]]) -> str | None:
             pts = pts[:: math.ceil(len(pts) / MAX_POINTS)] + [pts[-1]]
         ax = fig.add_subplot(nrows, ncols, i + 1)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.3, color="C0", marker="o" if len(pts) <= 20 else None, ms=3)
-        ax.set_title(key, fontsize=9)
+        ax.set_title(key, fontsize=9, parse_math=False)   # a metric name is text: "$" is no formula
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
@@ -315,6 +333,9 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
     title, runs, seeds, highlight = _scope(store, idx, target)
     nodes, edges = _walk(store, idx, runs, seeds)
     shown = runs or sorted(n for n, w in nodes.items() if w == "run")
+    views = [store.run(r) for r in shown]
+    bad = problems(store, [n for n, w in nodes.items() if w == "art"] +
+                   [a for v in views for a in (*v.inputs.values(), *v.outputs.values())])
     e = html.escape
     parts = [f"<h1>{e(title)}</h1>",
              f'<p class="meta">store {e(str(store.root))} · written {e(time.strftime("%Y-%m-%d %H:%M:%S %Z"))} '
@@ -324,7 +345,11 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
             f'<a href="#run-{e(r)}">{e(_run_label(idx, r))} {e(r[:13])}</a>' for r in shown) + "</nav>")
     parts.append('<section id="lineage"><h2>Lineage</h2>')
     if nodes:
-        parts.append('<div class="graph">' + inline_svg(_graph_svg(store, idx, nodes, edges, highlight, dot)) + "</div>")
+        parts.append('<div class="graph">' + inline_svg(_graph_svg(store, idx, nodes, edges, highlight, dot, bad)) + "</div>")
+        corrupt = sorted(a for a, p in bad.items() if p)
+        if corrupt:
+            parts.append('<ul class="corrupt">' + "".join(
+                f"<li>CORRUPT {e(bad[a])}</li>" for a in corrupt) + "</ul>")
         parts.append(f'<p class="meta">{sum(w == "run" for w in nodes.values())} runs (boxes), '
                      f'{sum(w == "art" for w in nodes.values())} artifacts (notes); arrows are labelled with the input or output '
                      f'role, dashed where a run will take its input from another run when it starts; an artifact made '
@@ -332,13 +357,13 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
     else:
         parts.append("<p>no lineage recorded</p>")
     parts.append("</section>")
-    parts.append(_eval_section(store, idx, [n for n, w in nodes.items() if w == "art"]))
+    parts.append(_eval_section(store, idx, [n for n, w in nodes.items() if w == "art"], bad))
     for r in shown:
-        parts.append(_run_section(store, idx, r))
+        parts.append(_run_section(store, idx, r, bad))
     return _page(title, "\n".join(parts)), re.sub(r"[^A-Za-z0-9_.-]", "_", target)[:64]
 
 
-def _eval_section(store, idx, arts: list[str]) -> str:
+def _eval_section(store, idx, arts: list[str], bad: dict[str, str | None]) -> str:
     rows = []
     for a in sorted(arts):
         try:
@@ -360,9 +385,11 @@ def _eval_section(store, idx, arts: list[str]) -> str:
         return '<section id="eval"><h2>Evaluation</h2><p>no eval-report artifact in this lineage</p></section>'
     keys = sorted({k for _, _, r in rows for k, v in r.items() if not isinstance(v, (dict, list))})
     e = html.escape
-    head = "<tr><th>report</th><th>model</th>" + "".join(f"<th>{e(k)}</th>" for k in keys) + "</tr>"
+    head = ("<tr><th>report</th><th>model</th><th>verified</th>" + "".join(f"<th>{e(k)}</th>" for k in keys)
+            + "</tr>")
     body = "".join(
-        f"<tr><td>{e(_art_label(idx, a))}</td><td>{e(_art_label(idx, m)) if m else '-'}</td>"
+        ("<tr class=\"corrupt\">" if bad.get(a) else "<tr>") + f"<td>{e(_art_label(idx, a))}</td>"
+        f"<td>{e(_art_label(idx, m)) if m else '-'}</td><td>{e(_mark(bad.get(a)))}</td>"
         + "".join(f'<td class="num">{e(_fmt(r.get(k, "")))}</td>' for k in keys) + "</tr>" for a, m, r in rows)
     return f'<section id="eval"><h2>Evaluation</h2><table class="eval">{head}{body}</table></section>'
 
@@ -379,7 +406,7 @@ def _took(a: dict) -> str:
     return f"{a['end'] - a['start']:.1f} s" if _is_num(a.get("end")) and _is_num(a.get("start")) else "-"
 
 
-def _run_section(store, idx, run: str) -> str:
+def _run_section(store, idx, run: str, bad: dict[str, str | None]) -> str:
     e = html.escape
     v = store.run(run)
     s = v.spec
@@ -398,7 +425,8 @@ def _run_section(store, idx, run: str) -> str:
               [("output", role, a) for role, a in sorted(v.outputs.items())]
     if io_rows:
         out.append("<h3>Inputs and outputs</h3><table>" + "".join(
-            f"<tr><td>{d}</td><td>{e(role)}</td><td><code>{e(a)}</code></td><td>{e(', '.join(idx.names_of(a)))}</td></tr>"
+            f"<tr><td>{d}</td><td>{e(role)}</td><td><code>{e(a)}</code></td><td>{e(', '.join(idx.names_of(a)))}</td>"
+            f"<td>{e(_mark(bad.get(a)))}</td></tr>"
             for d, role, a in io_rows) + "</table>")
     if v.attempts:
         rows = "".join(
@@ -444,6 +472,7 @@ svg.figure{max-width:100%;height:auto;display:block}.graph,.curves{overflow-x:au
 .state{font-size:12px;padding:1px 8px;border-radius:9px;background:#eee;vertical-align:middle}
 .state-SUCCEEDED{background:#d4f0d4}.state-FAILED,.state-LOST,.state-CANCELLED{background:#f7d4d4}
 .state-RUNNING,.state-PENDING,.state-QUEUED{background:#fff1c2}
+tr.corrupt td,ul.corrupt{color:#a61b1b}
 """
 
 

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
+from pathlib import Path
 from typing import Iterable
 
 
@@ -113,6 +116,15 @@ def _num(x) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
+def _mode(path: Path) -> str:
+    """The permission bits on disk (`ls -l` style and octal): the manifest keeps only the executable bit."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "gone"
+    return f"{stat.filemode(st.st_mode)} {stat.S_IMODE(st.st_mode):04o}"
+
+
 def print_artifact(store, idx, art_id: str) -> None:
     a = store.artifact(art_id)
     print(f"artifact  {a['id']}")
@@ -123,8 +135,10 @@ def print_artifact(store, idx, art_id: str) -> None:
     consumers = sorted({r['run'] for r in idx.consumers(art_id)})
     print(f"used by   {', '.join(consumers) or '-'}")
     print(f"created   {_when(a['created'])}")
+    print(f"modes     {_mode(Path(a['path']))} (the folder; each file's below, as on disk now)")
     for e in a["manifest"][:20]:
-        print(f"  {e['digest'][:19]}  {e['mode']:o}  {size(e['size']):>10}  {e['path']}")
+        where = Path(a["path"]) / e["path"] if a.get("is_dir", True) else Path(a["path"])
+        print(f"  {e['digest'][:19]}  {_mode(where)}  {size(e['size']):>10}  {e['path']}")
     if len(a["manifest"]) > 20:
         print(f"  … {len(a['manifest']) - 20} more files")
 

@@ -6,7 +6,8 @@ the truth without anyone reading Slurm's logs.
 
 A local run is a process on one host. Its attempt records host, PID, process group and the
 process's start time; a run whose process is gone (same host, PID dead or now another process)
-shows as LOST, computed when read, and `jobs cancel` signals only a process that still matches.
+shows as LOST, computed when read, and `jobs cancel` signals only a process that still matches
+and carries the run's ID in its command line or environment.
 
 `rows` is what `jobs status` prints: for a running run, where its training stands (the stage's
 progress.json, else the last loss in metrics.jsonl); for a pending Slurm job, Slurm's reason and
@@ -18,6 +19,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -130,6 +132,30 @@ class Row:
     why: str = ""                   # Slurm's pending reason and expected start, or the record's reason
 
 
+def open_regular(path: Path):
+    """`path` opened for reading if it is a regular file, else None: a FIFO, device or symbolic link
+    planted in a run folder is never followed and never blocks the reader (O_NONBLOCK, then fstat).
+    FileNotFoundError when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return None   # a link (ELOOP), or nothing we may read
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return open(fd, "rb")
+
+
+def _read_text(path: Path, limit: int = 1 << 20) -> str:
+    f = open_regular(path)
+    if f is None:
+        raise OSError(f"{path} is not a regular file")
+    with f:
+        return f.read(limit).decode("utf-8", "replace")
+
+
 def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
     """{step, total, loss, eta_s} of a running stage: its progress.json (stages.tracking.Progress),
     else the last line of metrics.jsonl with a loss. The ETA counts down from when it was written,
@@ -137,7 +163,7 @@ def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
     from stages.tracking import PROGRESS_FILE
 
     try:
-        p = json.loads((run_dir / PROGRESS_FILE).read_text())
+        p = json.loads(_read_text(run_dir / PROGRESS_FILE))
         eta = p.get("eta_s")
         if eta is not None and p.get("attempt") == attempt:
             eta = max(0.0, eta - (now - p["time"]))
@@ -147,7 +173,10 @@ def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        with open(run_dir / "metrics.jsonl", "rb") as f:
+        f = open_regular(run_dir / "metrics.jsonl")
+        if f is None:
+            return {}
+        with f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - METRICS_TAIL))
             lines = f.read().decode("utf-8", "replace").splitlines()
     except OSError:
@@ -258,7 +287,11 @@ def follow_logs(store: Store, run_id: str, task: int = 0, follow: bool = False,
             if offsets.get(path, 0) is None:
                 continue   # truncated for the next attempt: read it once that attempt is recorded
             try:
-                with open(path, "rb") as f:
+                f = open_regular(path)
+                if f is None:
+                    raise JobsError(f"{path} is not a regular file (a FIFO, device or link in the run folder): "
+                                    "not read")
+                with f:
                     if f.seek(0, os.SEEK_END) < offsets.get(path, 0):   # Slurm truncated it for a requeue
                         offsets[path] = None
                         continue
@@ -284,7 +317,11 @@ def _attempt_offset(path: Path, attempt: int) -> int:
     if attempt <= 1 or path.suffix != ".out":
         return 0
     try:
-        data = path.read_bytes()
+        f = open_regular(path)
+        if f is None:
+            return 0
+        with f:
+            data = f.read()
     except OSError:
         return 0
     at = data.rfind(ATTEMPT_MARK)
@@ -302,7 +339,25 @@ def open_attempt(view: RunView) -> dict | None:
     return started[-1] if started else None
 
 
-def process_problem(attempt: dict) -> str | None:
+def carries_run(pid: int, run_id: str) -> bool | None:
+    """Whether process `pid` carries the run's identity: the run ID in its command line (a local
+    job runs `python -m submitit.core._submit <store>/runs/<run>/logs`) or its environment. Host, PID,
+    group, start time and boot are facts anyone can read and copy into a forged record; a process
+    started for something else does not name the run. None when /proc cannot be read for it."""
+    needle = run_id.encode()
+    seen = False
+    for part in ("cmdline", "environ"):
+        try:
+            data = Path(f"/proc/{pid}/{part}").read_bytes()
+        except OSError:
+            continue
+        seen = True
+        if any(needle in item for item in data.split(b"\0")):
+            return True
+    return False if seen else None
+
+
+def process_problem(attempt: dict, run_id: str | None = None) -> str | None:
     """Why the recorded process is not (or cannot be shown to be) the one still running; None if it is."""
     host, pid = attempt.get("host"), attempt.get("pid")
     if host != socket.gethostname():
@@ -318,6 +373,13 @@ def process_problem(attempt: dict) -> str | None:
         return f"its process {pid} on {host} is gone"
     if now != attempt["proc_start"]:
         return f"PID {pid} on {host} is now another process (started at tick {now}, the run's at {attempt['proc_start']})"
+    if run_id is not None:
+        carries = carries_run(pid, run_id)
+        if carries is None:
+            return f"process {pid} on {host} cannot be shown to be the run's (its /proc entries are not readable)"
+        if not carries:
+            return (f"process {pid} on {host} does not carry run {run_id} in its command line or environment: "
+                    "it is not the run's job")
     return None
 
 
@@ -359,7 +421,7 @@ def cancel(store: Store, view: RunView) -> str:
             raise JobsError(f"run {view.id} started but recorded no process to signal; nothing cancelled")
         store.add_event(view.id, "status", state=RunState.CANCELLED, reason="cancelled by user")
         return "not started yet"
-    problem = process_problem(attempt)
+    problem = process_problem(attempt, view.id)
     if problem:
         hint = "" if "cancel it there" in problem else (
             f"; resubmit: jobs submit {view.spec.get('recipe')} --stage {view.spec.get('stage')} --force")
@@ -392,12 +454,24 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
+#: SQLite's largest integer: a larger --limit is no integer to it.
+SQLITE_MAX = 2**63 - 1
+
+
+def check_limit(limit: int) -> int:
+    """--limit as SQLite can take it: 1 to 2**63 - 1."""
+    if limit < 1:
+        raise JobsError(f"--limit must be at least 1 (got {limit})")
+    if limit > SQLITE_MAX:
+        raise JobsError(f"--limit must be at most {SQLITE_MAX} (got {limit})")
+    return limit
+
+
 def table(store: Store, run: str | None = None, every: bool = False, limit: int = 200,
           as_json: bool = False) -> list[str]:
     """`jobs status`: one run, or the newest `limit` runs not yet ended (`every`: ended ones too);
     `as_json`: one JSON object per run (the Row's fields) and line."""
-    if limit < 1:
-        raise JobsError(f"--limit must be at least 1 (got {limit})")
+    check_limit(limit)
     idx = store.index()
     if run:
         run_ids = [idx.resolve_run(run)]

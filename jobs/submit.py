@@ -55,11 +55,11 @@ def submit(req: Request, echo: Callable[[str], None] = print) -> bool:
         plan = make_plan(store, req.recipe, req.stages, overrides=req.overrides, inputs=req.inputs, executor=req.executor)
         for sp in plan.stages:
             profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
+        verify_inputs(store, plan)   # dry runs too: a dry run that passes means the submit would
         if req.dry_run:
             echo(executor.dry_run(store.root, plan))
             return True
         prepared = executor.prepare(store.root, plan)
-        verify_inputs(store, plan)
         store = Store.open(store.root, create=True)
         store.ensure_writable()
         try:

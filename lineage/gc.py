@@ -6,7 +6,6 @@ period. Everything else is a candidate; `collect` deletes files and record only 
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lineage import refs
-from lineage.errors import LineageError
+from lineage.errors import Damaged, LineageError, show_path
 from lineage.records import read_kind
 from lineage.store import Store
 
@@ -92,11 +91,12 @@ def candidates(store: Store, older_than_days: float) -> list[Candidate]:
     return out
 
 
-def collect(store: Store, victims: list[Candidate]) -> int:
+def collect(store: Store, victims: list[Candidate], kept_back: list | None = None) -> int:
     """Delete the artifacts' files and records; returns bytes freed. The index forgets them too.
 
     Only files inside the store are deleted; an artifact registered from elsewhere loses its record
-    but keeps its files. Links are never followed.
+    but keeps its files. Links are never followed. Files this user may not delete (another member's
+    run folder on a team store) keep their record too: (artifact, why) goes to `kept_back`.
     """
     freed = 0
     idx = store.index()
@@ -107,12 +107,17 @@ def collect(store: Store, victims: list[Candidate]) -> int:
         if not inside or (os.path.lexists(path) and idx.shares_path(c.id, c.path)):
             path = None  # outside the store, or another artifact record points at the same files: keep them
         if path is not None and os.path.lexists(path):
-            if path.is_dir():
-                for dirpath, _, _ in os.walk(path):
-                    os.chmod(dirpath, os.lstat(dirpath).st_mode | stat.S_IWUSR)
-                shutil.rmtree(path)
-            else:
-                path.unlink()
+            try:
+                if path.is_dir():
+                    for dirpath, _, _ in os.walk(path):
+                        os.chmod(dirpath, os.lstat(dirpath).st_mode | stat.S_IWUSR)
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            except OSError as e:
+                if kept_back is not None:
+                    kept_back.append((c.id, f"{e.strerror or e}: {e.filename or path}"))
+                continue
         store.remove_artifact_records(c.id)
         idx.forget_artifact(c.id)
         freed += c.size
@@ -130,13 +135,20 @@ class Snapshot:
 
 def checkpoint_snapshots(store: Store) -> dict[tuple[str, str], list[Snapshot]]:
     """Kept training snapshots (`runs/<run>/checkpoints/keep/<series>-step<N>.{pt,json}`) by run and series."""
+    from lineage.records import read_record
+
     groups: dict[tuple[str, str], list[Snapshot]] = {}
     for meta in sorted((store.root / "runs").glob("*/checkpoints/keep/*.json")):
         run = meta.parents[2].name
         series, _, step = meta.stem.rpartition("-step")
-        info = json.loads(meta.read_text())
+        if not series or not step.isdigit():
+            raise Damaged(f"damaged store file {show_path(meta)}: not named <series>-step<N>.json; move it aside")
+        info = read_record(meta)   # a regular file holding a JSON object, else Damaged (a FIFO never blocks)
+        metrics = info.get("metrics", {})
+        if not isinstance(metrics, dict):
+            raise Damaged(f"damaged store file {show_path(meta)}: 'metrics' is not a mapping; move it aside")
         groups.setdefault((run, series), []).append(
-            Snapshot(run, series, int(step), info.get("metrics", {}), [meta, meta.with_suffix(".pt")]))
+            Snapshot(run, series, int(step), metrics, [meta, meta.with_suffix(".pt")]))
     return groups
 
 

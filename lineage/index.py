@@ -53,7 +53,8 @@ SETTLE_NS = 2_000_000_000
 # Bump when a table changes: an index of another version is rebuilt. An index changes in place
 # (SCHEMA runs at every sync), e.g. edges by (artifact, direction): a shared data artifact's 100k
 # consumers made each look-up of its producer scan them all.
-VERSION = 4
+# 5: artifact and location paths are where the files are in this store (records hold them relative).
+VERSION = 5
 TABLES = ("runs", "events", "artifacts", "edges", "refs", "locations", "folders", "meta")
 # The newest location of an artifact: where its (healed) files are now.
 ART_PATH = ("COALESCE((SELECT l.path FROM locations l WHERE l.artifact = artifacts.id"
@@ -298,13 +299,16 @@ class Index:
             return
         a = read_kind(path, "artifact")
         self.db.execute("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (a["id"], a["kind"], a.get("name"), a["path"], a["size"], a.get("producer"), a["created"]))
+                        (a["id"], a["kind"], a.get("name"),
+                         str(self.store.locate(a["path"], producer=a.get("producer"), art_id=a["id"])),
+                         a["size"], a.get("producer"), a["created"]))
 
     def _add_location(self, path: Path) -> None:
         if self._exists("locations", "id=?", (path.stem,)):
             return
         loc = read_kind(path, "location")
-        self.db.execute("INSERT INTO locations VALUES (?, ?, ?, ?)", (loc["id"], loc["artifact"], loc["path"], loc["time"]))
+        where = self.store.locate(loc["path"], producer=loc.get("run"), art_id=loc["artifact"])
+        self.db.execute("INSERT INTO locations VALUES (?, ?, ?, ?)", (loc["id"], loc["artifact"], str(where), loc["time"]))
 
     def _add_ref(self, path: Path) -> None:
         name = path.parent.relative_to(self.store.refs).as_posix()

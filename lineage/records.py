@@ -4,8 +4,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,38 +15,122 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def atomic_write(path: Path, data: bytes, *, exclusive: bool = False, mode: int | None = None) -> bool:
+def open_folder(root: Path, rel: Path | str, *, create: bool = False) -> int:
+    """A descriptor of the folder `root/rel`, reached one name at a time from `root` without ever
+    following a symbolic link: a link (or a file) planted anywhere below `root` is Unsafe, so a write
+    through this descriptor cannot land outside `root`. With `create`, missing folders are made, each
+    with its parent's permission bits (setgid included), whatever the umask. The caller closes it.
+    """
+    from lineage.errors import Unsafe, show_path
+
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    here = Path(root)
+    try:
+        for name in Path(rel).parts:
+            if name in ("", ".", "..") or "/" in name:
+                raise Unsafe(f"{show_path(here / name)}: not a plain folder name inside the store")
+            here = here / name
+            try:
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                    made = True
+                except FileExistsError:  # another writer made it first: open theirs, below
+                    made = False
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                if made:
+                    os.fchmod(child, stat.S_IMODE(os.fstat(fd).st_mode) & 0o3777)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    kind = "a symbolic link" if os.path.islink(here) else "not a folder"
+                    raise Unsafe(f"{show_path(here)} is {kind}; the store never writes through one "
+                                 "(move it away)") from None
+                raise
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def make_folders(folder: Path) -> None:
+    """`mkdir -p`, each new folder with its parent's permission bits (as `open_folder` makes them), so
+    folders made in a team store are the team's whatever the umask."""
+    missing = []
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for f in reversed(missing):
+        try:
+            os.mkdir(f, 0o700)
+        except FileExistsError:
+            continue
+        fd = os.open(f, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, stat.S_IMODE(os.stat(f.parent).st_mode) & 0o3777)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, *, exclusive: bool = False, mode: int | None = None,
+                 root: Path | None = None) -> bool:
     """Write `data` to `path` through a temp file in the same directory, then rename.
 
     Readers see either no file or the whole file, on local disks and on NFS/Lustre alike. With
     `exclusive`, an existing file is never replaced (hard link instead of rename) and False is
     returned when someone else got there first. `mode` sets the file's permission bits (a temp
-    file is made 0600).
+    file is made 0600); a callable gets the folder's mode and returns the file's. With `root` (a store),
+    the folders from `root` down to `path` are reached and made without following any link
+    (`open_folder`); without it they are made as `mkdir -p` would, with their parent's mode.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    path = Path(path)
+    if root is None:
+        make_folders(path.parent)
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    else:
+        dir_fd = open_folder(root, path.parent.relative_to(root), create=True)
+    tmp = f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
     try:
-        with os.fdopen(fd, "wb") as f:
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if exclusive:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                if callable(mode):
+                    os.fchmod(f.fileno(), mode(stat.S_IMODE(os.fstat(dir_fd).st_mode)))
+                elif mode is not None:
+                    os.fchmod(f.fileno(), mode)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if exclusive:
+                try:
+                    os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+                except FileExistsError:
+                    return False
+                return True
+            os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             return True
-        os.replace(tmp, path)
-        return True
+        finally:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        os.close(dir_fd)
 
 
-def write_record(path: Path, obj: Any, *, exclusive: bool = True) -> bool:
-    return atomic_write(path, canonical_json(obj) + b"\n", exclusive=exclusive)
+def record_mode(folder_mode: int) -> int:
+    """A record is read-only, readable by whoever may list its folder (the store's group on a team store)."""
+    return (folder_mode & 0o444) | 0o400
+
+
+def write_record(path: Path, obj: Any, *, exclusive: bool = True, root: Path | None = None) -> bool:
+    return atomic_write(path, canonical_json(obj) + b"\n", exclusive=exclusive, mode=record_mode, root=root)
 
 
 def read_bytes_safely(path: Path) -> bytes:

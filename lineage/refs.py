@@ -24,8 +24,11 @@ from lineage.errors import Damaged, LineageError, NotFound, show_path
 from lineage.records import atomic_write, read_kind, write_record
 
 # The one grammar for artifact names and alias names: lowercase words joined by '/', each starting
-# with a letter or digit, so no absolute path, no `..`, nothing that leaves refs/.
-NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}(/[a-z0-9][a-z0-9_.-]{0,63}){0,7}$")
+# with a letter or digit, so no absolute path, no `..`, nothing that leaves refs/; and no word shaped
+# like a version file (`v000002.json`), whose folder would sit where a version of the name above
+# belongs and break its `:latest`, listings and the index.
+_WORD = r"(?!v[0-9]+\.json(?:/|$))[a-z0-9][a-z0-9_.-]{0,63}"
+NAME = re.compile(rf"^{_WORD}(/{_WORD}){{0,7}}$")
 ALIAS = re.compile(r"^(?P<name>[^:]+):(?P<tag>latest|v\d{1,9})$")
 VERSION_FILE = re.compile(r"^v(\d{6,9})\.json$")
 ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
@@ -35,7 +38,10 @@ MAX_VERSION = 10**9 - 1
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME.match(name) or ".." in name:
-        raise LineageError(f"bad artifact name {show_path(name)!r}: use lowercase words joined by '/', like tiny/sft/model")
+        why = " (a word shaped like a version file, vNNNNNN.json, is the store's own)" if isinstance(name, str) and \
+            re.search(r"(^|/)v[0-9]+\.json(/|$)", name) else ""
+        raise LineageError(f"bad artifact name {show_path(name)!r}: use lowercase words joined by '/', like "
+                           f"tiny/sft/model{why}")
     return name
 
 

@@ -6,6 +6,7 @@
     <root>/records/location/<fan>/<art_id>/<id>.json   a later, verified copy of an artifact's files
     <root>/refs/<name>/v000001.json               artifact names, append-only
     <root>/runs/<run_id>/                         the run's folder: logs, outputs, checkpoints
+    <root>/code/<art_id>/, <root>/imports/<id>/   code snapshots, what `jobs add` copied in
 and, per host and never in the shared store (SQLite locking is not safe on NFS or Lustre):
     <cache>/index.sqlite, index.lock              a rebuildable index over records/ and refs/
     <cache>/stat.sqlite                           digests of files already hashed
@@ -25,6 +26,16 @@ socket, device, or a hard link to a writable file outside the artifact is refuse
 nothing is made read-only; then files are made read-only through descriptors opened without
 following links. Verification never opens anything but regular files, so it cannot hang on a FIFO.
 Every record read is checked for its shape, and a damaged file is a `Damaged` error naming it.
+Nothing below the root is written through a symbolic link: `open` refuses a store whose own folders
+are links, and records, run folders and artifacts are reached from the root by descriptors opened
+without following links (`records.open_folder`).
+
+Paths. Records hold the store's own files relative to the root (`locate` reads them, and old
+absolute ones), so a moved or copied store acts on its own files only.
+
+Permissions. The root folder's mode says who may read the store: new folders take their parent's
+mode, artifacts and records get the root's read bits (`share_modes`), so a team store (root group
+TEAM, mode 2770) is readable by the whole group, weights included.
 """
 from __future__ import annotations
 
@@ -41,11 +52,17 @@ from typing import Any
 from lineage import hashing, refs
 from lineage.errors import Ambiguous, Corrupt, Damaged, LineageError, NotFound, StoreUnusable, Unsafe, show_path
 from lineage.ids import fanout, uuid7
-from lineage.records import read_kind, read_record, write_record
+from lineage.records import open_folder, read_kind, read_record, write_record
 from lineage.states import RunState
 
 MARKER = "jobs-store.json"
 ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
+RUN_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+#: The store's own folders: none of them may be a symbolic link (Store.open refuses the store).
+OWN_FOLDERS = ("records", "records/run", "records/event", "records/artifact", "records/location", "refs", "runs",
+               "code", "imports")
+#: Event fields that hold a path: recorded relative to the store root, shown absolute in this store.
+PATH_FIELDS = ("folder", "tensorboard", "wandb")
 
 
 def cache_dir(root: Path) -> Path:
@@ -118,7 +135,11 @@ class Store:
         """
         store = cls(Path(root).expanduser())
         marker = store.root / MARKER
+        if os.path.islink(marker):
+            raise StoreUnusable(f"store {show_path(store.root)}: {MARKER} is a symbolic link; a store's own files "
+                                "are never links (move it away)")
         if marker.exists():
+            store.check_own_folders()
             if create and not os.access(store.root, os.W_OK):
                 raise StoreUnusable(f"store {store.root} is not writable")
             return store
@@ -135,10 +156,83 @@ class Store:
             # A creator writes the marker before anything else, so anything else without it is not ours.
             if foreign and not marker.exists():
                 raise StoreUnusable(f"{store.root} is a non-empty folder that is not a jobs store")
-            write_record(marker, {"format": 1, "created": time.time()}, exclusive=True)
+            if write_record(marker, {"format": 1, "created": time.time()}, exclusive=True):
+                for top in ("records", "refs", "runs", "code", "imports"):  # with the root's mode, for a team
+                    store.folder(top)
         except PermissionError as e:
             raise StoreUnusable(f"store path {store.root} is not writable ({e.strerror})") from None
         return store
+
+    def check_own_folders(self) -> None:
+        """Refuse, in one line, a store one of whose own folders (records/, runs/, code/, imports/,
+        refs/, ...) is a symbolic link or not a folder: writing there would write wherever it points."""
+        for rel in OWN_FOLDERS:
+            try:
+                st = os.lstat(self.root / rel)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise StoreUnusable(f"store {show_path(self.root)}: cannot read {rel}/ ({e.strerror})") from None
+            if not stat.S_ISDIR(st.st_mode):
+                kind = (f"a symbolic link (to {show_path(os.readlink(self.root / rel))})" if stat.S_ISLNK(st.st_mode)
+                        else "not a folder")
+                raise StoreUnusable(f"store {show_path(self.root)}: its folder {rel}/ is {kind}; a store's own "
+                                    "folders must be real folders inside it (move the link away)")
+
+    @property
+    def mode(self) -> int:
+        """The root folder's permission bits: who may read the store (see `share_modes`)."""
+        return stat.S_IMODE(os.stat(self.root).st_mode)
+
+    def folder(self, rel: str | Path, *, create: bool = True) -> Path:
+        """`root/rel`, made when missing (each new folder with its parent's mode), reached without
+        following a link: a link planted anywhere on the way is Unsafe, never written through."""
+        os.close(open_folder(self.root, Path(rel), create=create))
+        return self.root / rel
+
+    def inside(self, path: Path) -> Path | None:
+        """`path` relative to the root when it lies in the store (as written, or once links above
+        the store are resolved), else None."""
+        for mine, theirs in ((self.root, os.path.abspath(path)),
+                             (Path(os.path.realpath(self.root)), os.path.realpath(path))):
+            try:
+                rel = Path(theirs).relative_to(mine)
+            except ValueError:
+                continue
+            return rel if rel.parts else None
+        return None
+
+    def stored_path(self, path: Path) -> str:
+        """How a record holds `path`: relative to the root when it lies in the store, so a moved or
+        copied store still finds its own files; absolute for files registered from elsewhere."""
+        rel = self.inside(path)
+        return rel.as_posix() if rel is not None else str(Path(path).absolute())
+
+    def locate(self, recorded: str, *, producer: str | None = None, art_id: str | None = None) -> Path:
+        """Where a recorded path is in this store.
+
+        A relative path is under this root (a `..` in it is Damaged). An absolute path comes from a
+        record written before paths were relative: when it has the store's own layout, the part from
+        `runs/<producer>/`, `code/<art_id>` or `imports/<id>/<name>` on is taken in this store,
+        wherever the store was then (so a copy never reads or deletes the original's files); any
+        other absolute path is a file registered from outside the store, used where it is.
+        """
+        if not os.path.isabs(recorded):
+            rel = Path(recorded)
+            if any(part in ("..", "") for part in rel.parts) or not rel.parts:
+                raise Damaged(f"damaged store record: path {show_path(recorded)!r} leaves the store")
+            return self.root / rel
+        path = Path(recorded)
+        if self.inside(path) is not None:
+            return path
+        parts = path.parts
+        for i in range(len(parts) - 1, 0, -1):
+            tail = parts[i:]
+            if ((tail[0] == "runs" and len(tail) >= 3 and producer and tail[1] == producer)
+                    or (tail[0] == "code" and len(tail) == 2 and art_id and tail[1] == art_id)
+                    or (tail[0] == "imports" and len(tail) == 3 and RUN_ID.match(tail[1]))):
+                return self.root.joinpath(*tail)
+        return path
 
     def ensure_writable(self) -> None:
         probe = self.root / f".probe-{os.getpid()}"
@@ -153,7 +247,14 @@ class Store:
         return self.records / kind / fanout(ident) / f"{ident}.json"
 
     def run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / run_id
+        """The run's folder. Refused (Unsafe) when `runs/` or the run's folder is a symbolic link:
+        a job would write its outputs and logs wherever the link points."""
+        folder = self.root / "runs" / run_id
+        for p in (folder.parent, folder):
+            if os.path.islink(p):
+                raise Unsafe(f"store {show_path(self.root)}: {show_path(p.relative_to(self.root))} is a symbolic "
+                             "link; a run's folder must be a real folder inside the store (move the link away)")
+        return folder
 
     @property
     def cache(self) -> Path:
@@ -164,15 +265,26 @@ class Store:
 
     # ---- runs ----------------------------------------------------------------------------
     def create_run(self, spec: dict) -> str:
+        """Record a QUEUED run and make its folder. Every folder it writes in is checked (no link on
+        the way) before the first file is written, so a refused run leaves no half record."""
         run_id = uuid7()
-        write_record(self._path("run", run_id), {"id": run_id, "created": time.time(), **spec})
+        events = self.records / "event" / fanout(run_id)
+        for folder in (self._path("run", run_id).parent, events, self.root / "runs"):
+            rel = folder.relative_to(self.root)
+            try:
+                os.close(open_folder(self.root, rel))
+            except FileNotFoundError:
+                pass  # made below, with no link in the way
+        write_record(self._path("run", run_id), {"id": run_id, "created": time.time(), **spec}, root=self.root)
         self.add_event(run_id, "status", state=RunState.QUEUED)
+        self.folder(Path("runs") / run_id)
         return run_id
 
     def add_event(self, run_id: str, kind: str, **data: Any) -> None:
         event_id = uuid7()
         path = self.records / "event" / fanout(run_id) / run_id / f"{event_id}.json"
-        write_record(path, {"id": event_id, "run": run_id, "kind": kind, "time": time.time(), **data})
+        data = {k: self._relative_fields(v) if k in PATH_FIELDS or k == "trackers" else v for k, v in data.items()}
+        write_record(path, {"id": event_id, "run": run_id, "kind": kind, "time": time.time(), **data}, root=self.root)
         # A new file changes only its own folder's mtime; touching the fan folder too lets the index
         # skip, at a glance, every fan where no run got a new event.
         os.utime(path.parent.parent)
@@ -190,8 +302,24 @@ class Store:
         return read_kind(path, "run")
 
     def run(self, run_id: str) -> RunView:
-        """The run's current view, read from its records (the index is not needed)."""
-        return fold(run_id, self.run_spec(run_id), self.events(run_id))
+        """The run's current view, read from its records (the index is not needed); paths it holds
+        are where they are in this store."""
+        view = fold(run_id, self.run_spec(run_id), self.events(run_id))
+        view.trackers = self._absolute_fields(view.trackers)
+        view.jobs = [self._absolute_fields(j) for j in view.jobs]
+        return view
+
+    def _relative_fields(self, value: Any) -> Any:
+        """A path field (or a dict of them) as recorded: relative when it lies in the store."""
+        if isinstance(value, dict):
+            return {k: self._relative_fields(v) if k in PATH_FIELDS else v for k, v in value.items()}
+        if isinstance(value, (str, Path)) and os.path.isabs(value) and self.inside(Path(value)) is not None:
+            return self.stored_path(Path(value))
+        return value
+
+    def _absolute_fields(self, fields: dict) -> dict:
+        return {k: str(self.root / v) if k in PATH_FIELDS and isinstance(v, str) and v and not os.path.isabs(v)
+                and ".." not in Path(v).parts else v for k, v in fields.items()}
 
     # ---- artifacts -----------------------------------------------------------------------
     def register(self, path: Path, *, kind: str, name: str | None = None, run: str | None = None,
@@ -211,8 +339,15 @@ class Store:
             raise NotFound(f"cannot register {show_path(path)}: it does not exist") from None
         if name:
             refs.check_name(name)
+        rel = self.inside(path)
+        if rel is not None and rel.parts[0] in ("records", "refs"):
+            raise Unsafe(f"cannot register {show_path(path)}: it is the store's own bookkeeping")
+        if rel is not None and len(rel.parts) > 1:
+            os.close(open_folder(self.root, rel.parent))  # no link between the root and the artifact
         self._refuse_unsafe(path)
-        make_read_only(path)
+        make_read_only(path, share=self.mode, root=self.root if rel is not None else None, rel=rel)
+        if rel is not None:
+            self._reachable(rel.parent)
         files = self._refuse_unsafe(path)  # again: stats after the chmod, for the stat cache
         cache = self.stat_cache()
         try:
@@ -225,7 +360,7 @@ class Store:
         record = {
             "id": art_id,
             "kind": kind,
-            "path": str(path),
+            "path": self.stored_path(path),
             "is_dir": path.is_dir(),
             "manifest": entries,
             "size": sum(e["size"] for e in entries),
@@ -234,7 +369,7 @@ class Store:
             "metadata": metadata or {},
             "created": time.time(),
         }
-        if not write_record(self._path("artifact", art_id), record, exclusive=True):
+        if not write_record(self._path("artifact", art_id), record, exclusive=True, root=self.root):
             try:
                 self.verify(art_id)
             except Corrupt as e:
@@ -242,6 +377,26 @@ class Store:
         if name:
             refs.add(self.refs, name, art_id, run)
         return art_id
+
+    def _reachable(self, rel: Path) -> None:
+        """Give the folders from the root down to an artifact the root's read and search bits, so
+        whoever may read the store reaches the artifact whatever the umask of the job that wrote them
+        (a folder of another owner is left as it is)."""
+        want = self.mode & 0o555
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for name in rel.parts:
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                mode = stat.S_IMODE(os.fstat(fd).st_mode)
+                if mode & want != want:
+                    try:
+                        os.fchmod(fd, mode | want)
+                    except PermissionError:
+                        pass
+        finally:
+            os.close(fd)
 
     def _refuse_unsafe(self, path: Path) -> list:
         files, problems = hashing.scan(path)
@@ -255,8 +410,9 @@ class Store:
         """Append a location: the artifact's bytes now live at `path` (already hashed to `art_id`)."""
         loc_id = uuid7()
         file = self.records / "location" / fanout(art_id) / art_id / f"{loc_id}.json"
-        write_record(file, {"id": loc_id, "artifact": art_id, "path": str(path), "is_dir": path.is_dir(),
-                            "run": run, "time": time.time(), "healed": reason})
+        write_record(file, {"id": loc_id, "artifact": art_id, "path": self.stored_path(path), "is_dir": path.is_dir(),
+                            "run": run, "time": time.time(),
+                            "healed": reason.replace(f"{self.root}{os.sep}", "")}, root=self.root)
         os.utime(file.parent.parent)  # as in add_event: the index skips fans with no new location
 
     def remove_artifact_records(self, art_id: str) -> None:
@@ -283,10 +439,13 @@ class Store:
         if not os.path.lexists(path):
             raise NotFound(f"no artifact {art_id} in {self.root} (see `jobs artifacts`)")
         record = read_kind(path, "artifact")
+        first = str(self.locate(record["path"], producer=record.get("producer"), art_id=art_id))
+        record = {**record, "path": first}
         moved = self.locations(art_id)
         if moved:
-            record = {**record, "path": moved[-1]["path"], "is_dir": moved[-1].get("is_dir", record.get("is_dir")),
-                      "first_path": record["path"]}
+            where = self.locate(moved[-1]["path"], producer=moved[-1].get("run"), art_id=art_id)
+            record = {**record, "path": str(where), "is_dir": moved[-1].get("is_dir", record.get("is_dir")),
+                      "first_path": first}
         return record
 
     def resolve_artifact(self, text: str) -> str:
@@ -360,17 +519,25 @@ class Store:
         return idx
 
 
-def make_read_only(path: Path) -> None:
-    """Drop write bits everywhere below `path`, files first, then folders bottom-up.
+def share_modes(share: int) -> tuple[int, int, int]:
+    """(file, executable file, folder) modes of a registered artifact in a store whose root folder
+    has mode `share`: read-only, and readable (folders searchable) by exactly the classes that may
+    read the root. A team store's root is `chgrp TEAM` and `chmod 2770`: artifacts become 0440 /
+    0550, read by everyone in the group, weights included; a private store's 0755 root gives 0444."""
+    read = (share & 0o444) | 0o400
+    search = ((share & 0o111) | 0o100) & (read >> 2)
+    return read, read | search, read | search
+
+
+def make_read_only(path: Path, share: int = 0o755, root: Path | None = None, rel: Path | None = None) -> None:
+    """Give every entry below `path` its read-only mode (`share_modes`), files first, then folders bottom-up.
 
     Each entry is opened relative to its folder's descriptor without following links, and its
     mode changed through that descriptor: a link or FIFO swapped in after the check is refused,
-    never followed, so nothing outside `path` can change mode.
+    never followed, so nothing outside `path` can change mode. With `root`, `path` is `root/rel`,
+    and the folder holding it is reached from `root` the same way.
     """
-    def drop(fd: int) -> None:
-        mode = stat.S_IMODE(os.fstat(fd).st_mode)
-        if mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
-            os.fchmod(fd, mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    file_mode, exec_mode, dir_mode = share_modes(share)
 
     def entry(name, dir_fd: int | None, shown: Path) -> None:
         try:
@@ -385,18 +552,29 @@ def make_read_only(path: Path) -> None:
             try:
                 for child in sorted(os.listdir(fd)):
                     entry(child, fd, shown / child)
-                drop(fd)
+                if stat.S_IMODE(os.fstat(fd).st_mode) != dir_mode:
+                    os.fchmod(fd, dir_mode)
             finally:
                 os.close(fd)
         elif stat.S_ISREG(st.st_mode):
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                now = os.fstat(fd)
+                if not stat.S_ISREG(now.st_mode):
                     raise Unsafe(f"cannot register: {show_path(shown)} changed while it was registered")
-                drop(fd)
+                want = exec_mode if now.st_mode & stat.S_IXUSR else file_mode
+                if stat.S_IMODE(now.st_mode) != want:
+                    os.fchmod(fd, want)
             finally:
                 os.close(fd)
         else:
             raise Unsafe(f"cannot register: {show_path(shown)} is not a plain file or folder")
 
-    entry(str(path), None, path)
+    if root is None:
+        entry(str(path), None, path)
+        return
+    parent = open_folder(root, rel.parent)
+    try:
+        entry(rel.name, parent, path)
+    finally:
+        os.close(parent)

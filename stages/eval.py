@@ -73,11 +73,13 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     if max(cfg["ks"]) > cfg["n_samples"]:
         problems.append(f"eval.ks {list(cfg['ks'])} needs eval.n_samples >= {max(cfg['ks'])}")
     if cfg["backend"] == "hf":
+        from stages.lm import device_problems
+
         problems += [f"eval.{key} applies only to eval.backend=vllm (remove it, or set the backend)"
                      for key in ("vllm_cfg", "vllm_kwargs", "vllm_python") if cfg.get(key) is not None]
+        return problems + device_problems(config, resources)
     if cfg.get("vllm_python") is not None and not str(cfg["vllm_python"]).startswith("/"):
         problems.append(f"eval.vllm_python must be an absolute path (got {cfg['vllm_python']!r})")
-        return problems
     reserved = sorted(set(cfg.get("vllm_kwargs", {})) & set(RESERVED_VLLM_KWARGS))
     if reserved:
         problems.append(f"eval.vllm_kwargs may not set {', '.join(reserved)} (eval sets it from its own keys)")
@@ -165,7 +167,7 @@ def run(ctx) -> dict[str, Path]:
     # Generate: per prompt, n sampled responses (and one greedy) as token ids.
     with tracking.session(ctx):
         if cfg["backend"] == "hf":
-            sampled, greedy = _generate_hf(cfg, model_dir, tokenizer, ids, seed)
+            sampled, greedy = _generate_hf(cfg, model_dir, tokenizer, ids, seed, lm.device_of(ctx.config))
         else:
             sampled, greedy = _generate_vllm(cfg, model_dir, tokenizer, ids, seed, ctx.checkpoint_dir)
         decode = lambda group: tokenizer.batch_decode(group, skip_special_tokens=True)  # noqa: E731
@@ -197,13 +199,15 @@ def run(ctx) -> dict[str, Path]:
     return {"report": out}
 
 
-def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int):
-    """HF generate in this process (the tiny recipe's CPU path)."""
+def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, device: str = "cpu"):
+    """HF generate in this process, on `device` (the config's `device`; float32 on either)."""
     from stages import lm
     from stages.generate import generate_ids
 
-    lm.setup_torch(seed)
+    lm.setup_torch(seed, device=device)
     model = lm.load_model(model_dir).eval()
+    if device != "cpu":
+        model.to(device)
     batch = cfg.get("batch_size", 256)
     greedy = generate_ids(model, tokenizer, ids, cfg["max_new_tokens"], batch_size=batch) if cfg["greedy"] else None
     sampled = generate_ids(model, tokenizer, ids, cfg["max_new_tokens"], samples=cfg["n_samples"],

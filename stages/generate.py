@@ -1,4 +1,7 @@
-"""Batched generation with the KV cache (HF `generate`), greedy or sampled, for eval and rollouts."""
+"""Batched generation with the KV cache (HF `generate`), greedy or sampled, for eval and rollouts.
+
+Runs where the model is (CPU or CUDA), in the model's float32: no autocast, the distribution the
+trainer's log-probs are compared with is the full-precision one."""
 from __future__ import annotations
 
 from stages import lm
@@ -17,6 +20,7 @@ def generate_ids(model, tokenizer, prompts: list[list[int]], max_new_tokens: int
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start:start + batch_size]
         ids, mask = lm.pad(chunk, tokenizer.pad_token_id, left=True)
+        ids, mask = ids.to(model.device), mask.to(model.device)
         with torch.no_grad():
             gen = model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
@@ -55,6 +59,7 @@ def sample_shared(model, tokenizer, prompts: list[list[int]], max_new_tokens: in
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start:start + batch_size]
         ids, mask = lm.pad(chunk, pad, left=True)
+        ids, mask = ids.to(model.device), mask.to(model.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.no_grad():
             step = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
@@ -62,7 +67,7 @@ def sample_shared(model, tokenizer, prompts: list[list[int]], max_new_tokens: in
             cache.batch_repeat_interleave(samples)
             logits = step.logits[:, -1].float().repeat_interleave(samples, 0)
             mask, last = mask.repeat_interleave(samples, 0), pos[:, -1].repeat_interleave(samples)
-            done = torch.zeros(len(mask), dtype=torch.bool)
+            done = torch.zeros(len(mask), dtype=torch.bool, device=mask.device)
             new = []
             for t in range(max_new_tokens):
                 token = torch.multinomial(F.softmax(logits / temperature, dim=-1), num_samples=1).squeeze(1)

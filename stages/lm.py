@@ -12,7 +12,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+from stages.contract import StageError
+
 ARCH_KEYS = ("hidden", "intermediate", "layers", "heads", "max_len")
+DEVICES = ("cpu", "cuda", "auto")
 
 
 def arch_problems(arch: dict[str, Any]) -> list[str]:
@@ -30,12 +33,57 @@ def arch_problems(arch: dict[str, Any]) -> list[str]:
     return problems
 
 
-def setup_torch(seed: int, dist=None) -> int:
+def device_problems(config: dict, resources: dict | None = None) -> list[str]:
+    """What is wrong with the config's `device` (absent: cpu), for a stage's check_config.
+
+    `cuda` needs a GPU where the stage runs: the stage's resources ask for one (a Slurm job), or
+    this machine has one (a local run). Only then is torch imported, so a CPU submit stays fast."""
+    want = config.get("device", "cpu")
+    if want not in DEVICES:
+        return [f"device must be one of {', '.join(DEVICES)} (got {want!r})"]
+    if want == "cuda" and not (resources or {}).get("gpus_per_node"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return ["device is cuda, but no CUDA device is visible here and the stage's resources ask for "
+                    "no GPU (gpus_per_node): use device=cpu, or device=auto to take a GPU when there is one"]
+    return []
+
+
+def device_of(config: dict) -> str:
+    """cpu or cuda: the config's `device` (absent: cpu), `auto` resolved where the stage runs."""
+    want = config.get("device", "cpu")
+    if want == "cpu":
+        return want
+    if want not in DEVICES:
+        raise StageError(f"device must be one of {', '.join(DEVICES)} (got {want!r})")
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if want == "cuda":
+        raise StageError("device is cuda, but torch sees no CUDA device on this node")
+    return "cpu"
+
+
+def autocast(device: str):
+    """The precision of training forward passes: bf16 autocast on CUDA (weights, gradients, optimizer
+    state and the log-softmax stay float32); on CPU nothing, so CPU arithmetic is exactly float32."""
+    import contextlib
+
+    import torch
+
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
+
+
+def setup_torch(seed: int, dist=None, device: str = "cpu") -> int:
     """Deterministic CPU math: fixed seeds, a fixed thread count, deterministic kernels.
 
     The thread count is part of the arithmetic (reduction order), so it is pinned: Slurm's
     cpus_per_task when set, else this machine's cores shared by the ranks running on it (all of
     them when `dist` lists no nodes: local processes). An exact resume needs the same count.
+    On CUDA the rank's GPU is `dist.local_rank`; deterministic kernels are asked for (cuBLAS's
+    workspace set for it) but an op without one only warns: no bit-exactness is claimed on GPUs.
     Returns the thread count.
     """
     import numpy as np
@@ -46,7 +94,12 @@ def setup_torch(seed: int, dist=None) -> int:
         ranks_here = dist.world_size if dist is not None and not dist.nodes else 1
         threads = max(1, (os.cpu_count() or 1) // ranks_here)
     torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
+    if device == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.cuda.set_device(dist.local_rank if dist is not None else 0)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        torch.use_deterministic_algorithms(True)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -67,16 +67,16 @@ class Schedule:
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def init_distributed(dist_info) -> bool:
-    """Join the job's process group when there is more than one rank (gloo on CPU, nccl on GPU).
+def init_distributed(dist_info, device: str = "cpu") -> bool:
+    """Join the job's process group when there is more than one rank: gloo when the stage computes
+    on CPU (also on a GPU node), nccl on CUDA.
 
     Returns True when this call created the group (the caller then destroys it)."""
-    import torch
     import torch.distributed as dist
 
     if dist_info.world_size == 1 or dist.is_initialized():
         return False
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = "nccl" if device == "cuda" else "gloo"
     dist.init_process_group(backend, init_method=f"tcp://{dist_info.master_addr}:{dist_info.master_port}",
                             rank=dist_info.rank, world_size=dist_info.world_size)
     return True
@@ -105,11 +105,14 @@ def leave_distributed(dist_info) -> None:
         left = store.add("jobs/left", 0)
 
 
-def _rng_state() -> dict:
+def _rng_state(device: str = "cpu") -> dict:
     import numpy as np
     import torch
 
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if device == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
 
 
 def _set_rng_state(state: dict) -> None:
@@ -119,6 +122,8 @@ def _set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 class ResumeRefused(StageError):
@@ -164,18 +169,24 @@ def read_checkpoint(path: Path, expected: dict, steps: int) -> dict:
     return state
 
 
-def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
+def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: str = "cpu"):
     """Train `model` for `schedule.steps` steps; returns the trained (unwrapped) model in eval mode.
 
     `loss_fn(model, step, rank, world) -> (loss tensor, {metric: float})` computes this rank's
-    share of step `step`'s global batch. Raises `Requeue` (through ctx.requeue) after saving when
+    share of step `step`'s global batch, its tensors on `device` (cpu or cuda: lm.device_of). On
+    CUDA the model moves there and each forward pass runs under bf16 autocast (lm.autocast); the
+    weights and optimizer stay float32. Raises `Requeue` (through ctx.requeue) after saving when
     the job is asked to stop.
     """
     import torch
     import torch.distributed as dist
 
-    created_group = init_distributed(ctx.dist)
+    from stages.lm import autocast
+
+    created_group = init_distributed(ctx.dist, device)
     distributed = ctx.dist.world_size > 1
+    if device != "cpu":
+        model.to(device)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     rest = [p for n, p in model.named_parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": schedule.weight_decay},
@@ -194,7 +205,10 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         _set_rng_state(state["rng"])
         start = state["step"]
         ctx.log({f"{name}/resumed_from": start}, step=start)
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+    ddp = model
+    if distributed:
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, **({"device_ids": [torch.cuda.current_device()]} if device == "cuda" else {}))
 
     def save(step: int, keep: bool = False) -> None:
         """The resume checkpoint (replaced each time); with `keep`, also a weights snapshot with the
@@ -202,7 +216,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         if ctx.dist.is_main:
             buf = io.BytesIO()
             torch.save({**identity, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "rng": _rng_state(), "config": ctx.config_to_keep,
+                        "scheduler": scheduler.state_dict(), "rng": _rng_state(device), "config": ctx.config_to_keep,
                         "world_size": ctx.dist.world_size}, buf)
             atomic_write(ckpt, buf.getvalue())
             if keep:
@@ -220,7 +234,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         flag = bool(ctx.should_stop())
         if not distributed:
             return flag
-        t = torch.tensor([int(flag)])
+        t = torch.tensor([int(flag)], device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
 
@@ -244,7 +258,8 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
             save(step)
             stopped = True
             break
-        loss, metrics = loss_fn(ddp, step, ctx.dist.rank, ctx.dist.world_size)
+        with autocast(device):
+            loss, metrics = loss_fn(ddp, step, ctx.dist.rank, ctx.dist.world_size)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
@@ -252,7 +267,8 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str):
         scheduler.step()
         if (step + 1) % schedule.log_every == 0 or step + 1 == schedule.steps:
             keys = sorted(metrics)
-            values = torch.tensor([loss.item(), tokens[0], *(float(metrics[k]) for k in keys)], dtype=torch.float64)
+            values = torch.tensor([loss.item(), tokens[0], *(float(metrics[k]) for k in keys)], dtype=torch.float64,
+                                  device=device)
             tokens[0] = 0
             if distributed:  # the mean over ranks of their shares is the global batch's value
                 dist.all_reduce(values)

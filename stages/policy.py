@@ -84,23 +84,31 @@ def pack_shared(prompts: list[list[int]], responses: list[list[int]], pad_id: in
 
 
 class PolicyTrainer:
-    """`ray.remote(PolicyTrainer)`: GRPO or DPO steps on the policy, AdamW with warmup + cosine."""
+    """`ray.remote(PolicyTrainer)`: GRPO or DPO steps on the policy, AdamW with warmup + cosine.
 
-    def __init__(self, model_dir: str, cfg: dict[str, Any], seed: int, steps: int, threads: int | None = None):
+    On `device` cuda the policy and its reference live on the GPU and their forward passes run
+    under bf16 autocast (lm.autocast), as the shared training loop's; on cpu, in float32."""
+
+    def __init__(self, model_dir: str, cfg: dict[str, Any], seed: int, steps: int, threads: int | None = None,
+                 device: str = "cpu"):
         import torch
 
         from stages import lm
         from stages.loop import Schedule
 
-        lm.setup_torch(seed)
+        lm.setup_torch(seed, device=device)
         if threads:
             torch.set_num_threads(threads)
-        self.cfg = cfg
+        self.cfg, self.device = cfg, device
         self.policy = lm.load_model(Path(model_dir))
         self.tokenizer = lm.load_tokenizer(Path(model_dir))
         self.reference = None
         if self._kl_or_beta() > 0:
             self.reference = lm.load_model(Path(model_dir)).eval().requires_grad_(False)
+        if device != "cpu":
+            self.policy.to(device)
+            if self.reference is not None:
+                self.reference.to(device)
         p = cfg["policy"]
         lr = cfg["dpo"]["lr"] if cfg["algorithm"] == "dpo" else p["lr"]
         self.schedule = Schedule(steps=steps, lr=lr, warmup=p["warmup"], min_lr_ratio=p["min_lr_ratio"],
@@ -121,19 +129,23 @@ class PolicyTrainer:
         """One clipped policy-gradient step on a rollout batch (flat, prompt-major)."""
         import torch
 
+        from stages.lm import autocast
         from stages.losses import grpo_loss, k3_kl, packed_token_logps
 
         # A group's samples share their prompt: packed, its keys and values are computed once per
         # group, not once per sample (the same log-probs as `pack`'s rows: test_rl_packing.py).
         packed = pack_shared(prompts, responses, self.tokenizer.pad_token_id)
+        if self.device != "cpu":
+            packed = {k: v.to(self.device) for k, v in packed.items()}
         mask = packed["valid"]
-        adv = torch.tensor(advantages, dtype=torch.float32)
+        adv = torch.tensor(advantages, dtype=torch.float32, device=self.device)
         lf, temperature = self.cfg["loss_fn"], self.cfg["generation"]["temperature"]
-        logp = packed_token_logps(self.policy, packed, temperature)
+        with autocast(self.device):
+            logp = packed_token_logps(self.policy, packed, temperature)
         # On-policy: the rollouts came from exactly these weights, so the old log-probs are these.
         old = logp.detach()
         if self.reference is not None:
-            with torch.no_grad():
+            with torch.no_grad(), autocast(self.device):
                 ref = packed_token_logps(self.reference, packed, temperature)
         else:
             ref = old
@@ -147,14 +159,16 @@ class PolicyTrainer:
         """One DPO step on preference pairs (response token ids, <eos> included)."""
         import torch
 
+        from stages.lm import autocast
         from stages.losses import dpo_loss, token_logps
 
         d = self.cfg["dpo"]
         n = len(prompts)
-        ids, attn, mask = pack(prompts + prompts, chosen + rejected, self.tokenizer.pad_token_id)
+        ids, attn, mask = (x.to(self.device) for x in pack(prompts + prompts, chosen + rejected, self.tokenizer.pad_token_id))
         m = mask.float()
-        seq = (token_logps(self.policy, ids, attn) * m).sum(-1)
-        with torch.no_grad():
+        with autocast(self.device):
+            seq = (token_logps(self.policy, ids, attn) * m).sum(-1)
+        with torch.no_grad(), autocast(self.device):
             ref = (token_logps(self.reference, ids, attn) * m).sum(-1)
         chosen_nll = -seq[:n] / m[:n].sum(-1)   # per-token NLL of each chosen response
         loss = dpo_loss(seq[:n], seq[n:], ref[:n], ref[n:], beta=d["beta"], sft_weight=d["sft_loss_weight"],
@@ -194,7 +208,7 @@ class PolicyTrainer:
         if not (Path(folder) / "config.json").is_file():
             return self.save_weights(folder)
         tied = self.policy.config.tie_word_embeddings
-        state = {k: v.detach().contiguous() for k, v in self.policy.state_dict().items()
+        state = {k: v.detach().cpu().contiguous() for k, v in self.policy.state_dict().items()
                  if not (tied and k == "lm_head.weight")}
         atomic_write(Path(folder) / "model.safetensors", save(state, metadata={"format": "pt"}), mode=0o644)
         return folder
@@ -208,7 +222,7 @@ class PolicyTrainer:
 
         buf = io.BytesIO()
         torch.save({**identity, "step": step, "model": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(), "rng": _rng_state(), "config": config}, buf)
+                    "scheduler": self.scheduler.state_dict(), "rng": _rng_state(self.device), "config": config}, buf)
         atomic_write(Path(path), buf.getvalue())
 
     def load_checkpoint(self, path: str, identity: dict) -> int | str:

@@ -5,7 +5,7 @@ Inputs:  corpus    (corpus: train.txt, one document per line; or nano3's pretrai
          tokenizer (tokenizer: an HF tokenizer folder)
 Outputs: model     (model: HF folder with config.json, model.safetensors, generation_config.json
                     and the tokenizer files, so downstream stages need this one input)
-Launch:  jobs submit tiny --stage pretrain [pretrain.steps=300]
+Launch:  jobs submit tiny --stage pretrain [pretrain.steps=300] [device=cuda]
          (inside the job: stages.pretrain.run(ctx); several ranks with ctx.dist -> DDP over gloo/nccl)
 Backend: `pretrain.backend: torch` trains here on CPU; `megatron` (nano3) hands the stage to
          Megatron-Bridge in the GPU container (stages/megatron/).
@@ -45,7 +45,8 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `pretrain:` section, before submit (either backend)."""
     from stages.megatron import launch
 
-    return launch.check_stage(config, "pretrain", resources, lambda cfg: check(cfg, TORCH, "pretrain") or lm.arch_problems(cfg["model"]))
+    return launch.check_stage(config, "pretrain", resources, lambda cfg: (check(cfg, TORCH, "pretrain") or lm.arch_problems(cfg["model"]))
+                              + lm.device_problems(config, resources))
 
 
 def preview(config: dict, resources: dict) -> str | None:
@@ -71,7 +72,8 @@ def run(ctx) -> dict[str, Path]:
         raise ValueError("pretrain: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
-    threads = lm.setup_torch(seed, ctx.dist)
+    device = lm.device_of(ctx.config)
+    threads = lm.setup_torch(seed, ctx.dist, device)
 
     # Setup, in dependency order: tokenizer -> packed data -> model (its vocabulary is the tokenizer's).
     tokenizer = lm.load_tokenizer(ctx.input("tokenizer"))
@@ -85,7 +87,7 @@ def run(ctx) -> dict[str, Path]:
         import torch
 
         picked = batches.indices(seed, step, len(blocks), cfg["batch_size"], rank, world)
-        ids = torch.tensor([blocks[i] for i in picked])
+        ids = torch.tensor([blocks[i] for i in picked], device=device)
         return causal_lm_loss(m, ids, None, None), {}
 
     # Train (rank 0 logs to W&B/TensorBoard; all ranks train).
@@ -93,7 +95,7 @@ def run(ctx) -> dict[str, Path]:
         ctx.log({"pretrain/parameters": sum(p.numel() for p in model.parameters()), "pretrain/blocks": len(blocks),
                  "pretrain/tokens_per_step": cfg["batch_size"] * cfg["model"]["max_len"], "pretrain/threads": threads},
                 step=0)
-        model = train(ctx, model, schedule, loss_fn, "pretrain")
+        model = train(ctx, model, schedule, loss_fn, "pretrain", device)
 
     # Output: rank 0 writes the model folder; the entry registers it as an artifact.
     if not ctx.dist.is_main:

@@ -12,7 +12,10 @@ Backend: `rl.backend: torch` runs here on CPU; `nemo_rl` (nano3) launches NeMo R
 A Ray cluster spans the job's allocation (`ray: true` in recipe.yaml; runtime/ray_cluster.py). This
 process is the driver; the work happens in actors: rollout workers (stages/rollout.py: the `hf`
 or `vllm` engine), reward workers (stages/rewards.py: verifier or reward model) and the policy
-trainer (stages/policy.py). One GRPO step:
+trainer (stages/policy.py). `rl.cluster.actors: local` makes the same objects plain ones in this
+process, called one after the other (no Ray needed: a machine without it, one GPU). With
+`device: cuda` the trainer and the hf rollout engines compute on the GPU (Ray actors each reserve
+a share of one GPU); reward workers stay on CPU. One GRPO step:
 
     prompts (a pure function of seed and step)  -> rollout workers: n samples per prompt
     -> reward workers: a reward per sample      -> group-relative advantages (leave-one-out, /std)
@@ -38,12 +41,13 @@ import re
 import time
 from pathlib import Path
 
-from stages.schema import Float, Int, Map, check
+from stages.schema import Float, Int, Map, Str, check
 from stages import batches, formats, lm, tracking
 from stages.rewards import KINDS
 from stages.rollout import BACKENDS
 
 ALGORITHMS = ("grpo", "dpo")
+ACTORS = ("ray", "local")
 
 
 # Types and ranges of the torch backend's numbers (the rules between values follow in check_config).
@@ -59,7 +63,8 @@ TORCH = Map({
                    "weight_decay": Float(0, 10), "max_grad_norm": Float(0, 1e6, open_lo=True)}, extra=True),
     "generation": Map({"temperature": Float(0, 100), "max_new_tokens": Int(1, 1 << 20)}, extra=True),
     "cluster": Map({"rollout_workers": Int(0, 1024), "reward_workers": Int(0, 1024),
-                    "threads": Int(1, 4096, null=True, required=False)}, extra=True),
+                    "threads": Int(1, 4096, null=True, required=False),
+                    "actors": Str(choices=ACTORS, required=False)}, extra=True),
     "checkpointing": Map({"save_period": Int(1, 10**7)}, extra=True),
 }, extra=True)
 
@@ -73,7 +78,7 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
 
         return nemo_rl.check_config(config, "rl", resources)
     problems = [] if cfg.get("backend", "torch") == "torch" else [f"rl.backend must be torch or nemo_rl (got {cfg['backend']!r})"]
-    problems += check(cfg, TORCH, "rl")
+    problems += check(cfg, TORCH, "rl") + lm.device_problems(config, resources)
     if problems:
         return problems  # the rules below read these values
     if cfg["algorithm"] not in ALGORITHMS:
@@ -132,7 +137,6 @@ def run(ctx) -> dict[str, Path]:
     problems = check_config(ctx.config)
     if problems:
         raise ValueError("rl: " + "; ".join(problems))
-    import ray
     import torch
 
     from stages.losses import group_advantages
@@ -150,13 +154,19 @@ def run(ctx) -> dict[str, Path]:
     if longest > json.loads((policy_dir / "config.json").read_text())["max_position_embeddings"]:
         raise ValueError(f"rl: prompt + rl.generation.max_new_tokens = {longest} tokens exceeds the policy's positions")
 
-    # The Ray cluster of this allocation (a local one when run outside a job), and its actors.
-    ray.init(address=ctx.ray_address, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False, configure_logging=False)
+    # The Ray cluster of this allocation (a local one when run outside a job), and its actors; or
+    # the same actors in this process.
+    local = cfg["cluster"].get("actors", "ray") == "local"
+    if not local:
+        import ray
+
+        ray.init(address=ctx.ray_address, include_dashboard=False, logging_level="ERROR",
+                 log_to_driver=False, configure_logging=False)
     try:
-        actors = Actors(cfg, policy_dir, ctx.input("reward_model"), seed, steps, ctx.checkpoint_dir / "refit")
+        actors = Actors(cfg, policy_dir, ctx.input("reward_model"), seed, steps, ctx.checkpoint_dir / "refit",
+                        device=lm.device_of(ctx.config), local=local)
         ckpt, identity = ctx.checkpoint_dir / "rl.pt", ctx.identity()
-        start = ray.get(actors.trainer.load_checkpoint.remote(str(ckpt), identity)) if ckpt.exists() else 0
+        start = actors.get(actors.trainer.load_checkpoint.remote(str(ckpt), identity)) if ckpt.exists() else 0
         if isinstance(start, str):  # another run's, config's or inputs', or nothing left to train
             from stages.loop import ResumeRefused
 
@@ -182,7 +192,7 @@ def run(ctx) -> dict[str, Path]:
             progress = tracking.Progress(ctx, "rl", steps, start)   # a line in the job's log, progress.json
             for step in range(start, steps):
                 if ctx.should_stop():
-                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step, identity, ctx.config_to_keep))
+                    actors.get(actors.trainer.save_checkpoint.remote(str(ckpt), step, identity, ctx.config_to_keep))
                     ctx.requeue()
                 t0 = time.perf_counter()
                 stats: dict = {}
@@ -235,74 +245,106 @@ def run(ctx) -> dict[str, Path]:
                 if (step + 1) % grpo["val_period"] == 0 or step + 1 == steps:
                     validate(step + 1)
                 if (step + 1) % cfg["checkpointing"]["save_period"] == 0 and step + 1 < steps:
-                    ray.get(actors.trainer.save_checkpoint.remote(str(ckpt), step + 1, identity, ctx.config_to_keep))
+                    actors.get(actors.trainer.save_checkpoint.remote(str(ckpt), step + 1, identity, ctx.config_to_keep))
             out = actors.call("save_weights", str(ctx.output_dir("model")))
     finally:
-        ray.shutdown()
+        if not local:
+            ray.shutdown()
     return {"model": Path(out)}
 
 
 class Actors:
-    """The stage's Ray actors: rollout workers (spread over nodes), reward workers, the trainer."""
+    """The stage's actors: rollout workers, reward workers, the trainer. Ray actors (rollout and
+    reward workers spread over nodes), or with `local` the same classes in this process, behind
+    the same `handle.method.remote(...)` / `get` calls."""
 
-    def __init__(self, cfg: dict, policy_dir: Path, reward_model_dir: Path, seed: int, steps: int, refit_dir: Path):
-        import ray
-
+    def __init__(self, cfg: dict, policy_dir: Path, reward_model_dir: Path, seed: int, steps: int, refit_dir: Path,
+                 device: str = "cpu", local: bool = False):
         from stages.policy import PolicyTrainer
         from stages.rewards import RewardWorker
         from stages.rollout import RolloutWorker
 
         cl, kind = cfg["cluster"], cfg["reward"]["kind"]
-        need = cl["rollout_workers"] * cl["rollout_cpus"] + cl["trainer_cpus"] + cl["reward_workers"] * cl["reward_cpus"]
-        have = ray.cluster_resources().get("CPU", 0)
-        if need > have:
-            raise ValueError(f"rl: the actors need {need:g} CPUs (rl.cluster) but the Ray cluster has {have:g}")
-        spread = {"scheduling_strategy": "SPREAD"}
-        self.workers = [ray.remote(RolloutWorker).options(num_cpus=cl["rollout_cpus"], **spread).remote(
-            cfg["generation"]["backend"], str(policy_dir), seed, cl["threads"]) for _ in range(cl["rollout_workers"])]
-        self.scorers = [ray.remote(RewardWorker).options(num_cpus=cl["reward_cpus"], **spread).remote(
-            kind, str(reward_model_dir) if kind == "reward_model" else None, cl["threads"],
-            cfg["reward"].get("answer_pattern"))
-            for _ in range(cl["reward_workers"])]
-        self.trainer = ray.remote(PolicyTrainer).options(num_cpus=cl["trainer_cpus"]).remote(
-            str(policy_dir), cfg, seed, steps, cl["threads"])
+        self.local = local
+        rollout = (cfg["generation"]["backend"], str(policy_dir), seed, cl["threads"], device)
+        reward = (kind, str(reward_model_dir) if kind == "reward_model" else None, cl["threads"],
+                  cfg["reward"].get("answer_pattern"))
+        trainer = (str(policy_dir), cfg, seed, steps, cl["threads"], device)
+        if local:
+            self.workers = [InProcess(RolloutWorker(*rollout)) for _ in range(cl["rollout_workers"])]
+            self.scorers = [InProcess(RewardWorker(*reward)) for _ in range(cl["reward_workers"])]
+            self.trainer = InProcess(PolicyTrainer(*trainer))
+        else:
+            import ray
+
+            need = cl["rollout_workers"] * cl["rollout_cpus"] + cl["trainer_cpus"] + cl["reward_workers"] * cl["reward_cpus"]
+            have = ray.cluster_resources().get("CPU", 0)
+            if need > have:
+                raise ValueError(f"rl: the actors need {need:g} CPUs (rl.cluster) but the Ray cluster has {have:g}")
+            # On CUDA the trainer and the rollout workers share one GPU (Ray hands each its share and
+            # sets CUDA_VISIBLE_DEVICES for it); on CPU they ask for none.
+            gpu = 1 / (cl["rollout_workers"] + 1) if device == "cuda" else 0
+            if gpu and ray.cluster_resources().get("GPU", 0) < 1:
+                raise ValueError("rl: device is cuda, but the Ray cluster has no GPU (rl.cluster.actors=local runs "
+                                 "the actors in this process)")
+            spread = {"scheduling_strategy": "SPREAD"}
+            self.workers = [ray.remote(RolloutWorker).options(num_cpus=cl["rollout_cpus"], **({"num_gpus": gpu} if gpu else {}),
+                                                              **spread).remote(*rollout)
+                            for _ in range(cl["rollout_workers"])]
+            self.scorers = [ray.remote(RewardWorker).options(num_cpus=cl["reward_cpus"], **spread).remote(*reward)
+                            for _ in range(cl["reward_workers"])]
+            self.trainer = ray.remote(PolicyTrainer).options(num_cpus=cl["trainer_cpus"],
+                                                             **({"num_gpus": gpu} if gpu else {})).remote(*trainer)
         self.max_new_tokens = cfg["generation"]["max_new_tokens"]
         self.refit_dir = refit_dir
 
+    def get(self, futures):
+        """`ray.get`; in process, the results themselves."""
+        if self.local:
+            return futures
+        import ray
+
+        return ray.get(futures)
+
     def generate(self, prompts: list[list[int]], n: int, temperature: float, seed: int) -> list[list[list[int]]]:
         """n responses per prompt, the prompts split over the rollout workers (order kept)."""
-        import ray
-
         futures = [w.generate.remote(part, n, temperature, self.max_new_tokens, seed * 97 + k)
                    for k, (w, part) in enumerate(zip(self.workers, shards(prompts, len(self.workers)))) if part]
-        return [group for out in ray.get(futures) for group in out]
+        return [group for out in self.get(futures) for group in out]
 
     def score(self, prompts: list[str], texts: list[str], answers: list[str], finished: list[bool]) -> list[float]:
-        import ray
-
         k = len(self.scorers)
         futures = [s.score.remote(p, t, a, f) for s, p, t, a, f in
                    zip(self.scorers, shards(prompts, k), shards(texts, k), shards(answers, k), shards(finished, k)) if p]
-        return [x for out in ray.get(futures) for x in out]
+        return [x for out in self.get(futures) for x in out]
 
     def call(self, method: str, *args):
         """A trainer method, waited for."""
-        import ray
-
-        return ray.get(getattr(self.trainer, method).remote(*args))
+        return self.get(getattr(self.trainer, method).remote(*args))
 
     def refit(self) -> None:
         """The trainer writes its weights; every rollout worker loads them."""
-        import ray
-
         folder = self.call("refit_weights", str(self.refit_dir))
-        ray.get([w.load_weights.remote(folder) for w in self.workers])
+        self.get([w.load_weights.remote(folder) for w in self.workers])
 
     def nodes(self) -> int:
-        """How many Ray nodes the rollout workers landed on."""
-        import ray
+        """How many Ray nodes the rollout workers landed on (in process: this one)."""
+        if self.local:
+            return 1
+        return len(set(self.get([w.node.remote() for w in self.workers])))
 
-        return len(set(ray.get([w.node.remote() for w in self.workers])))
+
+class InProcess:
+    """An object called like a Ray actor handle: `handle.method.remote(*args)` runs the method here,
+    now, and returns its result (which `Actors.get` passes through)."""
+
+    def __init__(self, obj):
+        self._obj = obj
+
+    def __getattr__(self, name: str):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(remote=getattr(self._obj, name))
 
 
 def _on_policy_pairs(picked: list[int], prompt_ids: list[list[int]], groups: list[list[list[int]]],

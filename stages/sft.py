@@ -55,7 +55,7 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `sft:` section, before submit (either backend)."""
     from stages.megatron import launch
 
-    return launch.check_stage(config, "sft", resources, lambda cfg: check(cfg, TORCH, "sft"))
+    return launch.check_stage(config, "sft", resources, lambda cfg: check(cfg, TORCH, "sft") + lm.device_problems(config, resources))
 
 
 def preview(config: dict, resources: dict) -> str | None:
@@ -81,7 +81,8 @@ def run(ctx) -> dict[str, Path]:
         raise ValueError("sft: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
-    threads = lm.setup_torch(seed, ctx.dist)
+    device = lm.device_of(ctx.config)
+    threads = lm.setup_torch(seed, ctx.dist, device)
 
     # Setup: the model folder carries its tokenizer; pairs -> rows + answer masks.
     model = lm.load_model(ctx.input("model"))
@@ -100,12 +101,12 @@ def run(ctx) -> dict[str, Path]:
         ids, loss_mask = pad_right([rows[i] for i in picked], [masks[i] for i in picked], pad_id)
         # Normalise by the answer tokens of the whole global batch (see causal_lm_loss).
         tokens = sum(sum(masks[i][1:]) for i in everyone) / world
-        return causal_lm_loss(m, ids, None, loss_mask, tokens), {}
+        return causal_lm_loss(m, ids.to(device), None, loss_mask.to(device), tokens), {}
 
     # Train.
     with tracking.session(ctx):
         ctx.log({"sft/pairs": len(pairs), "sft/threads": threads}, step=0)
-        model = train(ctx, model, schedule, loss_fn, "sft")
+        model = train(ctx, model, schedule, loss_fn, "sft", device)
 
     # Output (rank 0).
     if not ctx.dist.is_main:

@@ -206,3 +206,45 @@ def test_concurrent_creators_both_open_the_store(tmp_path):
     (root / ".jobs-store.json.abc.tmp").write_text("")
     assert Store.open(root, create=True).root == root
     assert Store.open(root).root == root
+
+
+def test_the_root_folders_mode_reaches_every_folder_record_and_artifact_whatever_the_umask(tmp_path, monkeypatch):
+    """A team store: root 2770. A job with umask 077 writes weights 0600 in folders 0700; after
+    registration the group reads all of it, and every folder the store made lets the group add more."""
+    monkeypatch.setenv("JOBS_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "team"
+    root.mkdir()
+    os.chmod(root, 0o2770)
+    old = os.umask(0o077)
+    try:
+        s = Store.open(root, create=True)
+        run = s.create_run({"recipe": "r", "stage": "s", "inputs": {}, "config": {}})
+        out = s.run_dir(run) / "outputs" / "model"
+        out.mkdir(parents=True)
+        (out / "model.safetensors").write_bytes(b"weights")
+        (out / "run.sh").write_bytes(b"#!/bin/sh\n")
+        os.chmod(out / "run.sh", 0o700)
+        art = s.register(out, kind="model", name="team/model")
+    finally:
+        os.umask(old)
+    mode = lambda p: stat.S_IMODE(os.lstat(p).st_mode)  # noqa: E731
+    for top in ("records", "refs", "runs", "code", "imports", f"runs/{run}", "records/artifact", "refs/team/model"):
+        assert mode(root / top) == 0o2770, top
+    for rec in [*(root / "records").rglob("*.json"), *(root / "refs").rglob("v*.json"), root / "jobs-store.json"]:
+        assert mode(rec) == 0o440, rec
+    assert mode(out) == 0o550 and mode(out / "model.safetensors") == 0o440 and mode(out / "run.sh") == 0o550
+    assert mode(out.parent) & 0o550 == 0o550       # outputs/, made 0700 by the job, is reachable
+    assert s.artifact(art)["path"] == str(out)
+    assert json.loads(s._path("artifact", art).read_text())["path"] == f"runs/{run}/outputs/model"
+
+
+def test_a_private_store_keeps_artifacts_readable_as_before(tmp_path, monkeypatch):
+    monkeypatch.setenv("JOBS_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "private"
+    root.mkdir()
+    os.chmod(root, 0o755)
+    s = Store.open(root, create=True)
+    d = make_dir(s.root / "imports" / uuid7() / "x", {"w.safetensors": b"w"})
+    os.chmod(d / "w.safetensors", 0o600)
+    s.register(d, kind="model")
+    assert stat.S_IMODE((d / "w.safetensors").stat().st_mode) == 0o444 and stat.S_IMODE(d.stat().st_mode) == 0o555
