@@ -220,3 +220,13 @@ def test_the_reward_models_export_config_loads_a_one_score_sequence_classifier(t
     model = AutoModelForSequenceClassification.from_config(cfg)
     assert cfg.architectures == ["LlamaForSequenceClassification"] and type(model).__name__ == cfg.architectures[0]
     assert model.score.out_features == 1
+
+
+def test_a_relative_vllm_python_or_one_with_hf_generation_is_refused():
+    from stages import eval as ev
+
+    cfg, res = nano3("eval", ["eval.vllm_python=python3"])
+    assert "eval.vllm_python must be an absolute path (got 'python3')" in ev.check_config(cfg, res)
+    cfg, res = nano3("eval", ["eval.backend=hf", "~eval.vllm_cfg", "~eval.vllm_kwargs"])
+    assert "eval.vllm_python applies only to eval.backend=vllm (remove it, or set the backend)" in ev.check_config(cfg, res)
+    assert ev.check_config(nano3("eval")[0], nano3("eval")[1]) == []
