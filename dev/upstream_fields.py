@@ -52,6 +52,13 @@ SECTIONS = {
 # GenerationConfig, and with the vLLM backend a VllmConfig): the subclass's keys are added there.
 NEMO_RL_SUBCLASSES = {"policy.generation": "nemo_rl.models.generation.vllm.config:VllmConfig"}
 NEMO_RL = {
+    # The branch the nemo-rl:v0.4.0.nemotron_3_nano image was cut from (it is not tag v0.4.0: the two
+    # share history only up to 7536be361); 0.4.0 stays for comparison.
+    "nano-v3": ("nano-v3", {
+        "grpo": ("nemo_rl.algorithms.grpo:MasterConfig", "examples/configs/grpo_math_1B.yaml"),
+        "dpo": ("nemo_rl.algorithms.dpo:MasterConfig", "examples/configs/dpo.yaml"),
+        "rm": ("nemo_rl.algorithms.rm:MasterConfig", "examples/configs/rm.yaml"),
+    }),
     "0.4.0": ("v0.4.0", {
         "grpo": ("nemo_rl.algorithms.grpo:MasterConfig", "examples/configs/grpo_math_1B.yaml"),
         "dpo": ("nemo_rl.algorithms.dpo:MasterConfig", "examples/configs/dpo.yaml"),

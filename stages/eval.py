@@ -58,6 +58,7 @@ SCHEMA = Map({
         "max_model_len": Int(8, 10_000_000, required=False, null=True),
     }, required=False),
     "vllm_kwargs": Map({}, extra=True, required=False),
+    "vllm_python": Str(empty=False, required=False, null=True),
 })
 
 
@@ -75,8 +76,10 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
         from stages.lm import device_problems
 
         problems += [f"eval.{key} applies only to eval.backend=vllm (remove it, or set the backend)"
-                     for key in ("vllm_cfg", "vllm_kwargs") if key in cfg]
+                     for key in ("vllm_cfg", "vllm_kwargs", "vllm_python") if cfg.get(key) is not None]
         return problems + device_problems(config, resources)
+    if cfg.get("vllm_python") is not None and not str(cfg["vllm_python"]).startswith("/"):
+        problems.append(f"eval.vllm_python must be an absolute path (got {cfg['vllm_python']!r})")
     reserved = sorted(set(cfg.get("vllm_kwargs", {})) & set(RESERVED_VLLM_KWARGS))
     if reserved:
         problems.append(f"eval.vllm_kwargs may not set {', '.join(reserved)} (eval sets it from its own keys)")
@@ -103,7 +106,8 @@ def preview(config: dict, resources: dict) -> str | None:
     engine = {"tensor_parallel_size": tp, **{k: v[k] for k in ("gpu_memory_utilization", "max_model_len") if v.get(k)},
               **cfg.get("vllm_kwargs", {})}
     gpus = [",".join(str(g) for g in range(r * tp, (r + 1) * tp)) for r in range(dp)] if resources.get("gpus_per_node") else None
-    lines = [f"eval: {dp} vLLM engine process(es)" + (f", CUDA_VISIBLE_DEVICES {' | '.join(gpus)}" if gpus else ", CPU"),
+    lines = [f"eval: {dp} vLLM engine process(es)" + (f", CUDA_VISIBLE_DEVICES {' | '.join(gpus)}" if gpus else ", CPU")
+             + (f", each run by {cfg['vllm_python']}" if cfg.get("vllm_python") else ""),
              "  LLM(" + ", ".join(f"{k}={json.dumps(x)}" for k, x in sorted(engine.items())) + ")",
              f"  SamplingParams(n={cfg['n_samples']}, temperature={cfg['temperature']}, top_p={cfg['top_p']}, "
              f"max_tokens={cfg['max_new_tokens']}, seed=<per prompt>)" + ("  + a greedy pass" if cfg["greedy"] else ""),
@@ -211,10 +215,19 @@ def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], se
     return sampled, greedy
 
 
-def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, work: Path):
-    """data_parallel_size vLLM engines in child processes, each on its contiguous share of prompts."""
+def engine_context(cfg: dict):
+    """How engine processes start: spawned, by `vllm_python` when set (an image whose vLLM lives in its
+    own environment: the nemo-rl image's /usr/local/bin/python-VllmGenerationWorker), else by this Python."""
     import multiprocessing
 
+    spawn = multiprocessing.get_context("spawn")
+    if cfg.get("vllm_python"):
+        spawn.set_executable(cfg["vllm_python"])
+    return spawn
+
+
+def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, work: Path):
+    """data_parallel_size vLLM engines in child processes, each on its contiguous share of prompts."""
     v = cfg.get("vllm_cfg", {"tensor_parallel_size": 1, "data_parallel_size": 1})
     dp, tp = v["data_parallel_size"], v["tensor_parallel_size"]
     rng = random.Random(seed)
@@ -230,7 +243,7 @@ def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], 
     gpus = visible.split(",") if visible else [str(i) for i in range(dp * tp)]
     cpus = int(os.environ.get("SLURM_CPUS_PER_TASK") or 0) or os.cpu_count() or 1
     share, extra = divmod(len(ids), dp)
-    spawn = multiprocessing.get_context("spawn")
+    spawn = engine_context(cfg)
     procs, outs, start = [], [], 0
     for rank in range(dp):
         end = start + share + (rank < extra)

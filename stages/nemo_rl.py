@@ -6,10 +6,13 @@ the recipe cannot: the parent config (`defaults:` examples/configs/*.yaml in the
 fills every key we do not set), the data keys the driver reads, the allocation (cluster), input
 paths, where to write; and drops our own keys (backend, algorithm) and the other algorithm's
 sections. Every key is checked at submit against the MasterConfig of the NeMo RL version the
-image carries (containers.lock -> upstream_fields.yaml). Drivers: run_grpo_math.py (env: math),
-run_grpo_rm.py (env: reward_model), run_dpo.py, run_rm.py. Rank 0 runs the driver against the Ray
-cluster the job started (RAY_ADDRESS is set; NeMo RL attaches to it), then converts the last
-checkpoint to a HF folder, the stage's output.
+image carries (containers.lock -> upstream_fields.yaml), and the config merged with its parent as
+NeMo RL's loader merges it must pass every refusal NeMo RL makes at construction
+(stages/nemo_rl_checks.py). Drivers: run_grpo_math.py (env: math), run_grpo_rm.py (env:
+reward_model), run_dpo.py, run_rm.py. Rank 0 runs the driver against the Ray cluster the job started
+(RAY_ADDRESS is set; NeMo RL attaches to it) with W&B offline unless tracking says online; requeues
+only while the driver's own end (max_num_steps or max_num_epochs, whichever first) is not reached;
+then converts the best step by checkpointing.metric_name to a HF folder, the stage's output.
 """
 from __future__ import annotations
 
@@ -32,19 +35,27 @@ class Driver:
     script: str      # examples/run_*.py in the image
     defaults: str    # the parent YAML our config inherits (NeMo RL's load_config `defaults:`)
     keys: str        # which MasterConfig's key list in upstream_fields.yaml applies
+    # Files of the image copied beside our config before the run: NeMo RL's loader resolves a parent's
+    # own relative `defaults:` against the folder of the top config (nemo_rl/utils/config.py:63).
+    beside: tuple[str, ...] = ()
 
 
 # Which driver runs what. run_grpo_math.py sends every prompt to the math env and run_grpo_rm.py
-# every prompt to the reward model env: a mix of the two has no driver at NeMo RL 0.4.0.
+# every prompt to the reward model env: a mix of the two has no driver at NeMo RL nano-v3.
 DRIVERS = {
     "grpo/math": Driver("examples/run_grpo_math.py", "examples/configs/grpo_math_1B.yaml", "grpo"),
-    "grpo/reward_model": Driver("examples/run_grpo_rm.py", "examples/configs/grpo_rm_1B.yaml", "grpo"),
+    "grpo/reward_model": Driver("examples/run_grpo_rm.py", "examples/configs/grpo_rm_1B.yaml", "grpo",
+                                ("examples/configs/grpo_math_1B.yaml",)),
     "dpo": Driver("examples/run_dpo.py", "examples/configs/dpo.yaml", "dpo"),
     "rm": Driver("examples/run_rm.py", "examples/configs/rm.yaml", "rm"),
 }
 # Keys the data loaders read beyond the DataConfig TypedDict (nemo_rl/data/datasets/*/__init__.py
-# at v0.4.0: get_extra_kwargs(data_config, ["val_data_path", "input_key", ...])).
-LOADER_KEYS = ("data.val_data_path", "data.train_split", "data.val_split")
+# at nano-v3 and v0.4.0: get_extra_kwargs(data_config, ["val_data_path", "input_key", ...])).
+LOADER_KEYS = ("data.val_data_path", "data.train_split", "data.val_split",
+               # read by the Megatron policy worker but absent from its MegatronConfig TypedDict
+               # (nemo_rl/models/policy/workers/megatron_policy_worker.py:675-690 at nano-v3)
+               "policy.megatron_cfg.moe_router_dtype", "policy.megatron_cfg.moe_router_bias_update_rate",
+               "policy.megatron_cfg.moe_router_load_balancing_type", "policy.megatron_cfg.moe_permute_fusion")
 VAL_NAME = "heldout"   # our val_data_paths name: DPO/RM validation metrics are val:validation-heldout_<metric>
 
 
@@ -53,6 +64,7 @@ class NemoRLError(StageError):
 
 
 def version() -> str:
+    """The NeMo RL the nemo-rl image carries (containers.lock), whose key list upstream_fields.yaml has."""
     from stages.megatron.config import TranslationError, image_version
 
     try:
@@ -77,7 +89,7 @@ def driver_for(kind: str, env: dict | None = None) -> Driver:
     names = sorted(env or {})
     if len(names) != 1 or f"grpo/{names[0]}" not in DRIVERS:
         raise NemoRLError(f"rl.env must name exactly one of math, reward_model (got {', '.join(names) or 'none'}): "
-                          "NeMo RL 0.4.0's run_grpo_math.py scores every prompt with the math verifier and "
+                          "NeMo RL nano-v3's run_grpo_math.py scores every prompt with the math verifier and "
                           "run_grpo_rm.py every prompt with the reward model, so a mix would be mis-scored")
     return DRIVERS[f"grpo/{names[0]}"]
 
@@ -125,6 +137,24 @@ def unknown_keys(cfg: dict, drv: Driver, ver: str, where: str) -> list[str]:
     return walk({k: v for k, v in cfg.items() if k != "defaults"}, "")
 
 
+def _policy(section: dict, model: Path, kind: str) -> dict:
+    """Our policy section as NeMo RL reads it. With Megatron on, sequences are padded to a multiple of
+    its TP (the parents pad to DTensor's TP). DPO refuses sequence packing (dpo.py:133): DPO runs
+    unpacked whatever the shared rl.policy says."""
+    pol = dict(section, model_name=str(model), tokenizer={"name": str(model)})
+    mcfg = pol.get("megatron_cfg") or {}
+    if mcfg.get("enabled"):
+        pol.setdefault("make_sequence_length_divisible_by", mcfg.get("tensor_model_parallel_size", 1))
+    if kind == "dpo":
+        pol["sequence_packing"] = dict(pol.get("sequence_packing") or {}, enabled=False)
+    return pol
+
+
+def job_env(wandb: str) -> dict[str, str]:
+    """The driver's environment: W&B offline writes under the run folder and needs no API key."""
+    return {"WANDB_MODE": "offline"} if wandb == "offline" else {}
+
+
 def _common(nodes: int, gpus_per_node: int, run_dir: Path, wandb: str, checkpointing: dict) -> dict:
     return {
         "cluster": {"num_nodes": nodes, "gpus_per_node": gpus_per_node},
@@ -139,7 +169,7 @@ def translate(rl: dict[str, Any], *, policy: Path, prompts: Path, prefs: Path, r
     """Our `rl:` section -> (driver, NeMo RL config): the parent YAML in `defaults:`, the sections of
     the chosen algorithm only, and the data keys its driver reads."""
     algorithm = rl["algorithm"]
-    policy_cfg = dict(rl["policy"], model_name=str(policy), tokenizer={"name": str(policy)})
+    policy_cfg = _policy(rl["policy"], policy, algorithm)
     seq = policy_cfg.get("max_total_sequence_length")
     if algorithm == "grpo":
         drv = driver_for("grpo", rl.get("env"))
@@ -166,7 +196,7 @@ def translate_rm(rm: dict[str, Any], *, model: Path, prefs: Path, nodes: int, gp
     """Our `rm:` section (NeMo RL's `rm:` keys plus `policy` and `checkpointing`) -> run_rm.py's config."""
     drv = driver_for("rm")
     own = {k: v for k, v in rm.items() if k not in OURS + ("policy", "checkpointing")}
-    policy_cfg = dict(rm["policy"], model_name=str(model), tokenizer={"name": str(model)})
+    policy_cfg = _policy(rm["policy"], model, "rm")
     policy_cfg["reward_model_cfg"] = dict(policy_cfg.get("reward_model_cfg", {}), enabled=True)
     data = {"dataset_name": "PreferenceDataset", "train_data_path": str(prefs / "train.jsonl"),
             "val_data_paths": {VAL_NAME: str(prefs / "validation.jsonl")},
@@ -230,6 +260,10 @@ def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] |
         if stage == "rl" and "reward_model" in cfg.get("env", {}):
             res = cfg["env"]["reward_model"].get("resources", {})
             gpus -= int(res.get("num_nodes", 0)) * int(res.get("gpus_per_node", 0))
+            if gpus <= 0:
+                problems.append(f"{stage}.env.reward_model.resources take every GPU of the allocation: none is left "
+                                "for the policy")
+                break
         size = 1
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                     "tensor_parallel_size"):
@@ -248,7 +282,35 @@ def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] |
     vllm_tp = ((pol.get("generation") or {}).get("vllm_cfg") or {}).get("tensor_parallel_size")
     if isinstance(vllm_tp, int) and vllm_tp > 0 and gpus and gpus % vllm_tp:
         problems.append(f"{stage}.policy.generation.vllm_cfg.tensor_parallel_size {vllm_tp} does not divide {gpus} GPUs")
+    if not problems:
+        problems += construction_problems(drv, cfg, Path(f"<run {stage}>"),
+                                          config.get("tracking", {}).get("wandb", "offline"), stage)
     return problems
+
+
+def merged(drv: Driver, cfg: dict, run_dir: Path) -> dict:
+    """The config NeMo RL's drivers get: ours merged with its `defaults:` parents as its loader does."""
+    from stages import nemo_rl_checks
+
+    beside = {Path(f).name: f for f in drv.beside}
+    return nemo_rl_checks.load(cfg, str(run_dir / "nemo_rl.yaml"), str(REPO), beside)
+
+
+def construction_problems(drv: Driver, cfg: dict, run_dir: Path, wandb: str, stage: str) -> list[str]:
+    """Every refusal NeMo RL's loader, policy, generation, logger, setup and driver would make with this
+    config (stages/nemo_rl_checks.py: each with its upstream file and line)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from stages import nemo_rl_checks
+
+    env = dict(job_env(wandb), **({"WANDB_API_KEY": "set"} if os.environ.get("WANDB_API_KEY") else {}))
+    try:
+        full = merged(drv, cfg, run_dir)
+    except nemo_rl_checks.LoadError as e:
+        return [f"{stage}: {e}"]
+    except OmegaConfBaseException as e:
+        return [f"{stage}: NeMo RL's loader cannot merge the config with {drv.defaults}: {str(e).splitlines()[0]}"]
+    return [f"{stage}: {p}" for p in nemo_rl_checks.problems(nemo_rl_checks.Job(full, drv.keys, env))]
 
 
 def preview(config: dict[str, Any], resources: dict[str, Any], stage: str = "rl") -> str:
@@ -266,7 +328,71 @@ def preview(config: dict[str, Any], resources: dict[str, Any], stage: str = "rl"
                      f"tensor_parallel_size={vllm.get('tensor_parallel_size')} "
                      f"gpu_memory_utilization={vllm.get('gpu_memory_utilization')}")
     lines.append(f"cluster: {cfg['cluster']['num_nodes']} nodes x {cfg['cluster']['gpus_per_node']} GPUs")
+    from stages import nemo_rl_checks
+
+    env = job_env((config.get("tracking", {}) or {}).get("wandb", "offline"))
+    lines.append(f"driver env: {' '.join(f'{k}={v}' for k, v in env.items()) or '(as the job)'}; merged with "
+                 f"{drv.defaults} as NeMo RL's loader does, checked against {len(nemo_rl_checks.CHECKS)} of its "
+                 f"construction-time refusals ({nemo_rl_checks.parents()['source']})")
     return "\n".join(lines + [f"{runs / 'nemo_rl.yaml'}:", yaml.safe_dump(cfg, sort_keys=False)])
+
+
+def rows(drv: Driver, cfg: dict) -> int:
+    """Training rows the driver's dataloader gets: prep_rl's / prep_sft's manifest count, else the JSONL's lines."""
+    import json
+
+    train = Path(cfg["data"]["train_data_path"])
+    manifest = train.parent / "manifest.json"
+    if manifest.is_file():
+        count = json.loads(manifest.read_text()).get("train")
+        if isinstance(count, int):
+            return count
+    with open(train, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def final_step(kind: str, full: dict, n_rows: int) -> int:
+    """The step at which the driver stops by itself: the first of max_num_steps and max_num_epochs
+    epochs, an epoch being len(dataloader) = rows // batch (drop_last). GRPO: grpo.py:1067 with
+    len(dataloader) of num_prompts_per_step prompts (grpo.py:261, drop_last=True); DPO: dpo.py:551;
+    RM: rm.py:481, both batching train_global_batch_size pairs. A max_num_steps <= 0 means none."""
+    section = full[kind]
+    batch = full["grpo"]["num_prompts_per_step"] * full["grpo"].get("batch_multiplier", 1) if kind == "grpo" \
+        else full["policy"]["train_global_batch_size"]
+    per_epoch = n_rows // max(1, int(batch))
+    by_epochs = int(section.get("max_num_epochs", 1)) * per_epoch
+    steps = section.get("max_num_steps")
+    return by_epochs if steps is None or steps <= 0 else min(int(steps), by_epochs)
+
+
+def best_step(steps: list[Path], checkpointing: dict) -> Path:
+    """The step to export: the best by checkpointing.metric_name in its training_info.json (as NeMo RL's
+    CheckpointManager.get_best_checkpoint_path ranks them, ties to the later step), else the last."""
+    import json
+
+    metric, higher = checkpointing.get("metric_name"), checkpointing.get("higher_is_better", True)
+    scored = []
+    for step in steps:
+        info = step / "training_info.json"
+        value = json.loads(info.read_text()).get(metric) if metric and info.is_file() else None
+        if isinstance(value, (int, float)):
+            scored.append((value if higher else -value, int(step.name[5:]), step))
+    return max(scored)[2] if scored else steps[-1]
+
+
+def as_reward_model(hf_dir: Path) -> None:
+    """NeMo RL's DCP -> HF converter writes the config of policy.model_name, the SFT causal LM
+    (nemo_rl/utils/native_checkpoint.py: AutoConfig.from_pretrained(model_name).save_pretrained); the
+    weights are a Bradley-Terry model's, one score. Make the config say so: the sequence-classification
+    class of the same architecture and one label, so AutoModelForSequenceClassification loads the head."""
+    import json
+
+    path = Path(hf_dir) / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg["architectures"] = [a.replace("ForCausalLM", "ForSequenceClassification") for a in cfg.get("architectures") or []]
+    cfg["id2label"], cfg["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
+    cfg.pop("num_labels", None)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
@@ -286,23 +412,29 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     if stage == "rm":
         section = ctx.config["rm"]
         drv, cfg = translate_rm(section, model=ctx.input("model"), prefs=ctx.input("data"), **where)
-        max_steps, output, megatron = section.get("max_num_steps", -1), "reward_model", False
+        output, megatron = "reward_model", False
     else:
         section = ctx.config["rl"]
         drv, cfg = translate(section, policy=ctx.input("policy"), prompts=ctx.input("prompts"), prefs=ctx.input("prefs"),
                              reward_model=ctx.input("reward_model"), **where)
-        max_steps, output = section[section["algorithm"]]["max_num_steps"], "model"
+        output = "model"
         megatron = bool((cfg["policy"].get("megatron_cfg") or {}).get("enabled"))
+    full = merged(drv, cfg, ctx.run_dir)
+    target = final_step(drv.keys, full, rows(drv, cfg))
     path = ctx.run_dir / "nemo_rl.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for f in drv.beside:       # a parent's relative `defaults:` is looked up beside our config
+        (ctx.run_dir / Path(f).name).write_bytes((REPO / f).read_bytes())
     # NeMo RL saves by itself before checkpointing.checkpoint_must_save_by and exits; the requeued
     # job resumes from the same checkpoint_dir.
-    subprocess.run(command(drv, path), check=True, cwd=REPO)
+    subprocess.run(command(drv, path), check=True, cwd=REPO, env={**os.environ, **job_env(where["wandb"])})
     steps = sorted(Path(cfg["checkpointing"]["checkpoint_dir"]).glob("step_*"), key=lambda p: int(p.name[5:]))
     if not steps:
         raise RuntimeError(f"NeMo RL wrote no checkpoint under {cfg['checkpointing']['checkpoint_dir']}")
-    if max_steps > 0 and int(steps[-1].name[5:]) < max_steps:
-        ctx.requeue()  # stopped at its own deadline: resume in the next attempt
+    if int(steps[-1].name[5:]) < target:
+        ctx.requeue()  # stopped at its own deadline before its own end: resume in the next attempt
     out = ctx.output_dir(output)
-    subprocess.run(export_command(steps[-1], out, megatron=megatron), check=True, cwd=REPO)
+    subprocess.run(export_command(best_step(steps, full["checkpointing"]), out, megatron=megatron), check=True, cwd=REPO)
+    if stage == "rm":
+        as_reward_model(out)
     return {output: out}

@@ -45,6 +45,13 @@ def bridge(version: str) -> dict:
     return versions[version]
 
 
+def _image_megatron_core() -> str | None:
+    from containers import load_lock
+
+    image = load_lock().get("nemo")
+    return str(image.libraries.get("megatron_core")) if image and image.libraries.get("megatron_core") else None
+
+
 def image_version(container: str = "nemo", library: str = "megatron_bridge") -> str:
     """The library version the pinned image carries (containers.lock `libraries:`)."""
     from containers import load_lock
@@ -164,6 +171,7 @@ class BridgeJob:
     stage: str
     version: str                 # Megatron-Bridge version the overrides and scripts are rendered for
     recipe: str                  # "module:function" returning a ConfigContainer
+    recipe_kwargs: dict          # its arguments: {"peft": None} = full SFT in nano-v3's finetune recipe
     entry: str                   # "module:function": pretrain() or finetune()
     hf_model: str                # what AutoBridge.import_ckpt / from_hf_pretrained read
     hf_revision: str | None      # a hub commit for a hub id; None for a folder
@@ -280,10 +288,10 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
         raise TranslationError(f"the config has no {stage}: section")
     s = dict(config[stage])
     problems: list[str] = []
-    known = {"backend", "model", "train", "optimizer", "scheduler", "checkpoint", "logger", "dataset"}
+    known = {"backend", "peft", "model", "train", "optimizer", "scheduler", "checkpoint", "logger", "dataset"}
     for key in sorted(set(s) - known):
         problems.append(f"{stage}.{key}: unknown section (valid: {', '.join(sorted(known))})")
-    shape = [f"{stage}.{key} must be a mapping (got {s[key]!r})" for key in sorted(known - {"backend"})
+    shape = [f"{stage}.{key} must be a mapping (got {s[key]!r})" for key in sorted(known - {"backend", "peft"})
              if not isinstance(s.get(key, {}), dict)]
     if shape:
         raise TranslationError(f"{stage} (megatron backend): " + "; ".join(problems + shape))
@@ -332,6 +340,15 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
         tokenizer = TokenizerSection(tokenizer_model=hf_model)   # a model artifact carries its tokenizer
     dataset.update(dataset_extra)
 
+    recipe_kwargs: dict = {}
+    peft = s.get("peft")
+    if peft is not None and stage == "pretrain":
+        problems.append("pretrain.peft: pretraining trains every weight (peft applies to sft)")
+    elif peft is not None:
+        problems.append(f"sft.peft {peft!r}: only full SFT (peft: null) is supported: a LoRA run saves adapters only, "
+                        "and the stage's export (AutoBridge.export_ckpt) needs the full weights")
+    elif stage == "sft" and b["recipes"][stage].endswith("_finetune_config"):
+        recipe_kwargs = {"peft": None}    # nano-v3's finetune recipe defaults to LoRA (nemotron_3_nano.py:356)
     if model and train:
         problems += _layout_problems(stage, model, train, gpus)
     if optimizer and optimizer.min_lr is not None and optimizer.min_lr > optimizer.lr:
@@ -343,7 +360,8 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
 
     base = config.get("base_model", {}) or {}
     job = BridgeJob(
-        stage=stage, version=version, recipe=b["recipes"][stage], entry=ENTRIES[stage], hf_model=hf_model,
+        stage=stage, version=version, recipe=b["recipes"][stage], recipe_kwargs=recipe_kwargs, entry=ENTRIES[stage],
+        hf_model=hf_model,
         hf_revision=hf_revision, trust_remote_code=bool(base.get("trust_remote_code", False)),
         seed=int(config.get("seed", 1234)), model=model, train=train, validation=validation, optimizer=optimizer,
         scheduler=scheduler, checkpoint=checkpoint, logger=logger, dataset=dataset, tokenizer=tokenizer,
@@ -390,11 +408,36 @@ def _sft_dataset(data: dict, seq_length, packed: bool, seed: int, problems: list
     return out
 
 
+#: Nemotron-3-Nano's attention: Nemotron3NanoProvider at Bridge nano-v3
+#: (src/megatron/bridge/models/nemotronh/nemotron_h_provider.py:152,160).
+NUM_QUERY_GROUPS, NUM_ATTENTION_HEADS = 2, 32
+
+
+def query_groups_rule(megatron_core: str | None) -> str:
+    """How the image's megatron-core checks num_query_groups against TP (TransformerConfig.__post_init__):
+    "multiple or divisor" from Megatron-LM f7dfb9979 (2025-12-07, core 0.16.0), "multiple" before.
+    containers.lock's `megatron_core` for the nemo image says which (`dev@f7dfb99…+` = at least that commit)."""
+    v = str(megatron_core or "")
+    if "f7dfb9979" in v:
+        return "multiple or divisor"
+    parts = v.split(".")
+    if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and (int(parts[0]), int(parts[1])) >= (0, 16):
+        return "multiple or divisor"
+    return "multiple"
+
+
 def _layout_problems(stage: str, m: ModelSection, t: TrainSection, gpus: int) -> list[str]:
     """Megatron's own start-up checks, done before the job waits in a GPU queue."""
     problems = []
     tp, pp, cp = m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size
     ep, etp = m.expert_model_parallel_size, m.expert_tensor_parallel_size
+    rule = query_groups_rule(_image_megatron_core())
+    groups = NUM_QUERY_GROUPS
+    if NUM_ATTENTION_HEADS % tp:
+        problems.append(f"model.tensor_model_parallel_size {tp} does not divide num_attention_heads {NUM_ATTENTION_HEADS}")
+    elif groups % tp and not (rule == "multiple or divisor" and tp % groups == 0):
+        problems.append(f"model.tensor_model_parallel_size {tp}: megatron-core ({_image_megatron_core()}) needs "
+                        f"num_query_groups ({groups}) to be a {rule} of it")
     if gpus % (tp * pp * cp):
         problems.append(f"{gpus} GPUs are not a multiple of tensor*pipeline*context = {tp * pp * cp}")
     elif gpus % (etp * ep * pp):

@@ -46,7 +46,7 @@ import importlib
 
 import yaml
 
-RECIPE, ENTRY, OVERRIDES = {recipe!r}, {entry!r}, {overrides!r}
+RECIPE, RECIPE_KWARGS, ENTRY, OVERRIDES = {recipe!r}, {recipe_kwargs!r}, {entry!r}, {overrides!r}
 
 
 def load(spec):
@@ -76,7 +76,7 @@ def apply(obj, overrides, where):
 
 
 def config():
-    cfg = load(RECIPE)()                         # Nemotron-3-Nano's tuned ConfigContainer
+    cfg = load(RECIPE)(**RECIPE_KWARGS)          # Nemotron-3-Nano's tuned ConfigContainer (peft=None: full SFT)
     with open(OVERRIDES) as f:
         apply(cfg, yaml.safe_load(f), "cfg")     # ours, in this Bridge version's field names
     return cfg
@@ -110,7 +110,8 @@ def render_import(job: BridgeJob) -> str:
 
 
 def render_train(job: BridgeJob, overrides_path: str) -> str:
-    return TRAIN.format(**_where(job), recipe=job.recipe, entry=job.entry, overrides=overrides_path)
+    return TRAIN.format(**_where(job), recipe=job.recipe, recipe_kwargs=job.recipe_kwargs, entry=job.entry,
+                        overrides=overrides_path)
 
 
 def render_export(job: BridgeJob) -> str:

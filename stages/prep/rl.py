@@ -3,7 +3,7 @@ and the eval set, decontaminated against each other. No tokenization: NeMo RL ap
 template at rollout time.
 
 Inputs: none. Outputs:
-    prompts/  train.jsonl, validation.jsonl  {"prompt", "answer", "task_name"}: what NeMo RL v0.4.0's
+    prompts/  train.jsonl, validation.jsonl  {"prompt", "answer", "task_name"}: what NeMo RL nano-v3's
               ResponseDataset reads (data.dataset_name: ResponseDataset, input_key: prompt,
               output_key: answer); task_name is the environment rl.yaml's env runs for the row.
               manifest.json: counts per environment and dropped rows by reason.
@@ -12,8 +12,11 @@ Inputs: none. Outputs:
 Decontamination: a training or validation prompt sharing any word n-gram (n = decontaminate.ngram,
 lower-cased, punctuation dropped) with an eval prompt is dropped; a text shorter than n words counts
 as one n-gram. The number dropped is the run's metric prep/rl/decontaminated.
-Rows whose prompt is still a placeholder (no prompt text) are dropped and counted: filling the
-Nano-3 blend's placeholders from the other hub datasets is not implemented here.
+Rows: NVIDIA's RL blend layout (Nemotron's RL data prep): the prompt from `responses_create_params.input`
+(the last user turn) or `question`, the answer from `expected_answer`, the environment from the NeMo Gym
+agent in `agent_ref.name` (env_map: agent -> our environment); the flat {prompt, answer, env} layout too.
+`_hf_placeholder` rows (their question lives in DAPO / Skywork) are dropped and counted
+(prep/rl/dropped_placeholder): resolving them from those hub datasets is not implemented here.
 Launch: jobs submit nano3 --stage prep_rl
 """
 from __future__ import annotations
@@ -66,6 +69,9 @@ def check_config(config: dict) -> list[str]:
     for i, s in enumerate(cfg["sources"]):
         where = f"prep_rl.sources[{i}]"
         envs = [s["env"]] if "env" in s else list((s.get("env_map") or {}).values())
+        if s.get("resolve_placeholders"):
+            problems.append(f"{where}.resolve_placeholders: fetching _hf_placeholder rows from DAPO / Skywork is not "
+                            "implemented (set false: they are dropped and counted)")
         if not envs:
             problems.append(f"{where} needs env (one environment for every row) or env_map (row env -> ours)")
         problems += [f"{where}: environment {e!r} is not in prep_rl.mix ({', '.join(cfg['mix'])})"
@@ -98,27 +104,43 @@ def _prompt_text(value) -> str | None:
     return None
 
 
+#: Where a row of NVIDIA's RL blend keeps each field (Nemotron's RL data prep writes `question`,
+#: `expected_answer` and `responses_create_params`, keeps the source `dataset`, and NeMo Gym routes a row
+#: to the agent named in `agent_ref.name`); the older flat layout {prompt, answer, env} is read too.
+PROMPT_FIELDS = ("prompt", "responses_create_params.input", "question", "messages")
+ANSWER_FIELDS = ("expected_answer", "answer")
+ENV_FIELDS = ("agent_ref.name", "env")
+
+
+def _first(row: dict, given: str | None, defaults: tuple[str, ...]):
+    for field in ([given] if given else defaults):
+        value = _get(row, field)
+        if value is not None:
+            return value
+    return None
+
+
 def collect(cfg: dict, dropped: dict) -> list[dict]:
     from stages.prep import sources as src
 
     pool = []
     for s in cfg["sources"]:
         for row in src.load(dict(s, sample=cfg["sample"])):
-            field = s.get("prompt_field", "prompt")
-            prompt = _prompt_text(_get(row, field))
-            if prompt is None and field == "prompt":     # blend rows: messages or a NeMo Gym request
-                prompt = _prompt_text(row.get("messages")) or _prompt_text(_get(row, "responses_create_params.input"))
+            if row.get("_hf_placeholder") is not None:   # its question lives in another hub dataset (DAPO, Skywork)
+                dropped["placeholder"] += 1
+                continue
+            prompt = _prompt_text(_first(row, s.get("prompt_field"), PROMPT_FIELDS))
             if prompt is None:
                 dropped["unresolved"] += 1
                 continue
             if "env" in s:
                 env = s["env"]
             else:
-                env = (s.get("env_map") or {}).get(str(_get(row, s.get("env_field", "env"))))
+                env = (s.get("env_map") or {}).get(str(_first(row, s.get("env_field"), ENV_FIELDS)))
                 if env is None:
                     dropped["unmapped_env"] += 1
                     continue
-            answer = "" if s.get("prompt_only") else _get(row, s.get("answer_field", "answer"))
+            answer = "" if s.get("prompt_only") else _first(row, s.get("answer_field"), ANSWER_FIELDS)
             if answer is None or (not s.get("prompt_only") and str(answer).strip() == ""):
                 dropped["no_answer"] += 1
                 continue
@@ -141,7 +163,7 @@ def run(ctx) -> dict[str, Path]:
 
     cfg = ctx.config["prep_rl"]
     rng = random.Random(cfg["seed"])
-    dropped = {"unresolved": 0, "unmapped_env": 0, "no_answer": 0, "not_in_mix": 0}
+    dropped = {"placeholder": 0, "unresolved": 0, "unmapped_env": 0, "no_answer": 0, "not_in_mix": 0}
     pool = collect(cfg, dropped)
     rng.shuffle(pool)
     kept = [r for r in pool if r["task_name"] in cfg["mix"]]

@@ -1,4 +1,5 @@
-"""CPU answers for Megatron-Bridge 0.3.1 in .venv-bridge: tests only, never in stages/.
+"""CPU answers for Megatron-Bridge 0.3.1 (and nano-v3 from source, dev/bridge_nano_v3.py) in .venv-bridge:
+tests and dev scripts only, never in stages/.
 
 Each stand-in is listed in stages/megatron/README.md ("What runs on CPU"). Import this module
 before megatron.bridge: megatron.core is imported first, so it still sees no Transformer Engine.
@@ -28,8 +29,8 @@ for _name in ("megatron.core.models.gpt.gpt_model", "megatron.core.models.gpt.gp
 
 
 def _stand_in_transformer_engine() -> None:
-    """megatron/bridge/peft/lora_layers.py imports transformer_engine.pytorch unconditionally; only
-    names are needed at import (LoRA is never used here)."""
+    """megatron/bridge/peft/lora_layers.py (and, in Bridge's nano-v3 branch, peft/lora.py) import
+    transformer_engine.pytorch unconditionally; only names are needed at import (LoRA is never used here)."""
     class _Meta(type):
         def __getattr__(cls, name):          # te.ops.Sequential in annotations
             if name.startswith("__"):
@@ -53,6 +54,7 @@ def _stand_in_transformer_engine() -> None:
     sys.modules["transformer_engine"], sys.modules["transformer_engine.pytorch"] = te, te_pt
     try:
         import megatron.bridge.peft.lora_layers  # noqa: F401
+        import megatron.bridge.peft.lora  # noqa: F401
     finally:
         del sys.modules["transformer_engine"], sys.modules["transformer_engine.pytorch"]
     leaked = sorted(m for m in set(sys.modules) - before if m.startswith("megatron.core"))

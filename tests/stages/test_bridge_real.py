@@ -64,8 +64,9 @@ print(json.dumps({
 """
 
 
-def rendered(tmp_path, stage):
-    """prepare() for a nano3 stage, rendered for Bridge 0.3.1, with real input folders."""
+def rendered(tmp_path, stage, version="0.3.1"):
+    """prepare() for a nano3 stage, rendered for a Bridge version (0.3.1: the one installed here), with
+    real input folders. dev/bridge_nano_v3.py renders the same for nano-v3."""
     nano3 = recipes.load("nano3")
     cfg = recipes.compose(nano3, stage, [])
     if stage == "pretrain":
@@ -93,7 +94,7 @@ def rendered(tmp_path, stage):
                            data=launch.stage_data(stage, inputs, cfg.get("base_model", {}))[2],
                            checkpoint_dir=str(ctx.checkpoint_dir), export_dir=str(tmp_path / "out"),
                            log_dir=str(ctx.run_dir), run_name="r1", gpus=res["nodes"] * res["gpus_per_node"],
-                           version="0.3.1")
+                           version=version)
     folder = tmp_path / "megatron"
     folder.mkdir()
     (folder / "bridge_overrides.yaml").write_text(launch.overrides_yaml(job))

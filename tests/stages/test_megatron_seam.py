@@ -261,8 +261,9 @@ def test_a_bad_layout_or_a_key_the_image_lacks_is_refused_at_submit_in_one_line(
     env = {"JOBS_PROFILES": str(tmp_path / "none.yaml")}
     for override, needle in (("pretrain.model.tensor_model_parallel_size=3", "not a multiple of tensor*pipeline*context = 3"),
                              ("+sft.dataset.trust_remote_code=true", "sft.dataset.trust_remote_code: unknown key"),
-                             ("+rl.loss_fn.reference_policy_kl_type=k3", "NeMo RL 0.4.0 has no such key"),
-                             ("+rm.policy.dtensor_cfg.foo=1", "rm.policy.dtensor_cfg.foo: NeMo RL 0.4.0 has no such key"),
+                             ("+rl.grpo.max_num_epoch=2", "rl.grpo.max_num_epoch: NeMo RL nano-v3 has no such key"),
+                             ("+rm.policy.dtensor_cfg.foo=1", "rm.policy.dtensor_cfg.foo: NeMo RL nano-v3 has no such key"),
+                             ("rl.policy.dtensor_cfg.enabled=true", "(NeMo RL refuses at nemo_rl/models/policy/lm_policy.py:84)"),
                              ("rl.policy.train_global_batch_size=2000", "not a multiple of train_micro_batch_size * data parallel = 1 * 32")):
         r = run_jobs(store, "submit", "nano3", "--stage", "all", "--executor", "slurm", "--dry-run",
                      override, env=env)
@@ -273,3 +274,52 @@ def test_a_bad_layout_or_a_key_the_image_lacks_is_refused_at_submit_in_one_line(
     for needle in ("Megatron-Bridge nano-v3", "nemotron_3_nano_finetune_config", "FinetuningDatasetConfig",
                    "blend_per_split", "run_rm.py", "run_grpo_math.py", "defaults: /opt/nemo-rl/examples/configs/"):
         assert needle in r.out, needle
+
+
+def test_sft_renders_full_sft_and_refuses_lora_whose_checkpoints_the_export_cannot_read():
+    """nemotron_3_nano_finetune_config() defaults peft to "lora" (Bridge nano-v3,
+    recipes/nemotronh/nemotron_3_nano.py:356); NVIDIA's Nemotron stage1_sft config sets peft null."""
+    job = sft_job()
+    assert job.recipe_kwargs == {"peft": None}
+    script = render_train(job, "/runs/r1/megatron/bridge_overrides.yaml")
+    tree = ast.parse(script)
+    assign = next(n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple))
+    names = [t.id for t in assign.targets[0].elts]
+    values = dict(zip(names, ast.literal_eval(assign.value)))
+    assert values["RECIPE_KWARGS"] == {"peft": None} and "load(RECIPE)(**RECIPE_KWARGS)" in script
+    assert translate(SFT, "sft", hf_model="/m", data={"dataset_root": "/d"}, gpus=32, version="0.3.1",
+                     **WHERE).recipe_kwargs == {}            # 0.3.1's nemotron_3_nano_sft_config is full SFT already
+    lora = copy.deepcopy(SFT)
+    lora["sft"]["peft"] = "lora"
+    with pytest.raises(TranslationError, match="only full SFT .peft: null. is supported"):
+        sft_job(lora)
+    cfg = nano3_config("sft")[0]
+    assert cfg["sft"]["peft"] is None
+
+
+@pytest.mark.parametrize("megatron_core,tp,refused", [
+    ("3cbe5c68a40c5820c11fc60fea1143dc6983706e", 4, True),   # Bridge's submodule pointer: groups % TP only
+    ("3cbe5c68a40c5820c11fc60fea1143dc6983706e", 2, False),
+    ("0.15.3", 4, True),                                       # no 0.15.x release has f7dfb9979
+    ("0.16.1", 4, False),                                      # TP a multiple of num_query_groups (2)
+    (None, 4, False),                                          # containers.lock as committed
+])
+def test_tp_against_num_query_groups_follows_the_megatron_core_the_lock_names(monkeypatch, tmp_path, megatron_core, tp,
+                                                                             refused):
+    """megatron-core TransformerConfig refuses num_query_groups % TP != 0 up to 3cbe5c68a; from f7dfb9979
+    (2025-12-07) it also accepts TP % num_query_groups == 0. Nemotron-3-Nano has 2 query groups and
+    Bridge's nano-v3 pretrain recipe sets TP 4."""
+    import containers
+
+    if megatron_core is not None:
+        lock = yaml.safe_load(containers.LOCK.read_text())
+        lock["nemo"]["libraries"]["megatron_core"] = megatron_core
+        (tmp_path / "containers.lock").write_text(yaml.safe_dump(lock))
+        monkeypatch.setattr(containers, "LOCK", tmp_path / "containers.lock")
+    config = copy.deepcopy(SFT)
+    config["sft"]["model"]["tensor_model_parallel_size"] = tp
+    if refused:
+        with pytest.raises(TranslationError, match=r"num_query_groups \(2\) to be a multiple of it"):
+            sft_job(config)
+    else:
+        assert sft_job(config).model.tensor_model_parallel_size == tp

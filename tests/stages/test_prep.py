@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run_jobs, tree_digest
+from jobs import recipes
 from lineage import Store
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
@@ -41,7 +42,7 @@ def prepared(tmp_path_factory):
     store = tmp_path_factory.mktemp("prep store") / "store"
     toy = make.overrides(src)
     # Two environments here, to check the mix and prompt-only rows (nano3's own rl runs math only).
-    toy["prep_rl"] += [f"prep_rl.sources=[{{name: math, path: '{src}/rl/math', env_map: {{math_with_judge: math}}}},"
+    toy["prep_rl"] += [f"prep_rl.sources=[{{name: math, path: '{src}/rl/math', env_map: {{math_with_judge_simple_agent: math}}}},"
                        f" {{name: chat, path: '{src}/rl/chat', prompt_only: true, env: reward_model}}]",
                        "prep_rl.mix={math: 0.8}", "+prep_rl.mix.reward_model=0.2"]
     for stage in ("prep_pretrain", "prep_sft", "prep_rl"):
@@ -250,16 +251,46 @@ def test_prep_rl_drops_exactly_the_planted_contaminated_prompts(prepared):
     prompts, ev = output(store, view, "prompts"), output(store, view, "eval")
     train, valid, test = _rows(prompts / "train.jsonl"), _rows(prompts / "validation.jsonl"), _rows(ev / "test.jsonl")
     assert view.metrics["prep/rl/decontaminated"] == len(prepared["planted"]) == 3
-    math = [r for r in _rows(src / "rl/math/train.jsonl") if r["env"] == "math_with_judge"]
-    used = {r["prompt"] for r in train + valid if r["task_name"] == "math"} | \
-           {r["prompt"] for r in test if r["source"] == "held_out"}
-    assert used == {r["prompt"] for r in math} - set(prepared["planted"])
+    math = [r for r in _rows(src / "rl/math/train.jsonl")
+            if r["agent_ref"]["name"] == make.MATH_AGENT and r.get("_hf_placeholder") is None]
+    used = {r["prompt"]: r["answer"] for r in train + valid if r["task_name"] == "math"} | \
+           {r["prompt"]: r["answer"] for r in test if r["source"] == "held_out"}
+    # NVIDIA's blend layout: the prompt is the request's user turn, the answer its expected_answer
+    assert used == {r["responses_create_params"]["input"][-1]["content"]: r["expected_answer"] for r in math
+                    if r["question"] not in prepared["planted"]}
     assert len(valid) == 8 and {r["task_name"] for r in train + valid} == {"math", "reward_model"}
     assert view.metrics["prep/rl/dropped_unmapped_env"] == prepared["n_code"]
+    assert view.metrics["prep/rl/dropped_placeholder"] == prepared["n_placeholder"]
     assert all(r["answer"] for r in train if r["task_name"] == "math")
     assert [r for r in test if r["source"] == "bench"] == [
         {"prompt": b["problem"], "answer": b["answer"], "source": "bench"} for b in prepared["bench"]]
     assert sum(r["source"] == "held_out" for r in test) == 5
+
+
+def test_prep_rl_reads_nvidias_rl_blend_rows_with_nano3s_own_agent_map(tmp_path):
+    """Rows as Nemotron's RL data prep writes them (question, expected_answer, responses_create_params,
+    dataset; NeMo Gym routes by agent_ref.name), read with nano3's own prep_rl source settings: the math
+    agent's rows become ResponseDataset rows, other agents' rows and `_hf_placeholder` rows are counted."""
+    src = tmp_path / "src"
+    facts = make.make(src)
+    store = tmp_path / "store"
+    blend = dict(recipes.compose(recipes.load("nano3"), "prep_rl", [])["prep_rl"]["sources"][0])
+    env_map = ", ".join(f"{k}: {v}" for k, v in blend["env_map"].items())     # nano3's own: agent -> environment
+    source = f"{{name: blend, path: '{src}/rl/math', env_map: {{{env_map}}}}}"
+    r = run_jobs(store, "submit", "nano3", "--stage", "prep_rl", *QUIET, f"prep_rl.sources=[{source}]",
+                 *make.overrides(src)["prep_rl"][1:])
+    assert r.code == 0, r.out + r.err
+    view = latest_run(Store(store), "prep_rl")
+    prompts = output(Store(store), view, "prompts")
+    rows = _rows(prompts / "train.jsonl") + _rows(prompts / "validation.jsonl")
+    blend_rows = [x for x in _rows(src / "rl/math/train.jsonl") if x.get("agent_ref", {}).get("name") == make.MATH_AGENT
+                  and "expected_answer" in x]
+    expected = {x["responses_create_params"]["input"][-1]["content"]: x["expected_answer"] for x in blend_rows}
+    assert rows and all(expected[x["prompt"]] == x["answer"] and x["task_name"] == "math" for x in rows)
+    assert view.metrics["prep/rl/dropped_unmapped_env"] == facts["n_code"]
+    assert view.metrics["prep/rl/dropped_placeholder"] == facts["n_placeholder"]
+    manifest = json.loads((prompts / "manifest.json").read_text())
+    assert manifest["train"] == len(_rows(prompts / "train.jsonl"))
 
 
 @pytest.mark.parametrize("stage,override,says", [
@@ -270,6 +301,7 @@ def test_prep_rl_drops_exactly_the_planted_contaminated_prompts(prepared):
     ("prep_rl", "prep_rl.sources=[{name: c, path: 'hf://x/y', prompt_only: true, env: reward_model}]",
      "environment 'reward_model' is not in prep_rl.mix"),
     ("prep_rl", "prep_rl.mix.math=-1", "prep_rl.mix.math must be a number > 0"),
+    ("prep_rl", "prep_rl.sources.0.resolve_placeholders=true", "fetching _hf_placeholder rows from DAPO / Skywork is not implemented"),
     ("prep_pretrain,prep_sft", "prep_sft.packing_algorithm=best_fit", "prep_sft.packing_algorithm must be one of"),
 ])
 def test_bad_prep_config_is_refused_at_submit_in_one_line(store_path, stage, override, says):
