@@ -246,7 +246,7 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
 
 
 def _remove(folder: Path) -> None:
-    """Undo a refused import: nothing of it stays in the store (nor `imports/`, if it is now empty)."""
+    """Undo a refused import: nothing of it stays in the store (imports/ itself is the store's own folder)."""
     for dirpath, dirnames, _ in os.walk(folder):
         for d in dirnames:
             try:
@@ -258,10 +258,6 @@ def _remove(folder: Path) -> None:
     except (OSError, NotImplementedError):
         pass
     shutil.rmtree(folder, ignore_errors=True)
-    try:
-        folder.parent.rmdir()   # only when empty: another add's import is never touched
-    except OSError:
-        pass
 
 
 def _undo_store(root: Path, created: bool) -> None:
@@ -271,8 +267,11 @@ def _undo_store(root: Path, created: bool) -> None:
     if not created:
         return
     try:
-        if set(os.listdir(root)) <= {MARKER}:
-            (root / MARKER).unlink(missing_ok=True)
-            root.rmdir()
+        for dirpath, _, files in os.walk(root):   # its own empty folders and the marker, nothing more
+            if any(f != MARKER or dirpath != str(root) for f in files):
+                return
+        (root / MARKER).unlink(missing_ok=True)
+        for dirpath, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
+            os.rmdir(dirpath)
     except OSError:
         pass

@@ -180,7 +180,7 @@ def fifo_progress(b: Box) -> list[str]:
     p = b.sleeper()
     run = b.running_run(**ident(p.pid))
     d = b.run_dir(run)
-    d.mkdir(parents=True)
+    d.mkdir(parents=True, exist_ok=True)   # the store makes the run's folder with its record
     os.mkfifo(d / "progress.json")
     os.mkfifo(d / "metrics.jsonl")
     return ["status"]

@@ -168,7 +168,7 @@ def test_a_copied_store_verifies_reproduces_and_collects_itself_only(team, tmp_p
 
     r = run_jobs(copy, "reproduce", data_run, env=env, timeout=900)
     assert r.code == 0 and "reproduced bit for bit" in r.out, r.out + r.err
-    assert f"{copy}/code/" in r.out, r.out   # the copy's code snapshot runs
+    assert f"{copy}/runs/" in r.out and f"{root}/" not in r.out, r.out   # it ran in the copy, not the original
 
     r = run_jobs(copy, "gc", "--yes", "--older-than", "0", env=env)
     assert r.code == 0, r.err

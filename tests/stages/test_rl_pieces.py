@@ -98,9 +98,10 @@ def test_the_reward_model_worker_floors_run_ons_and_non_numbers(pipeline):
 
 
 def test_nano3_rl_becomes_a_nemo_rl_config_with_the_allocation_and_inputs(tmp_path):
-    cfg = recipes.compose(recipes.load("nano3"), "rl", [])
+    nano3 = recipes.load("nano3")
+    cfg = recipes.compose(nano3, "rl", [])
     rl = cfg["rl"]
-    assert rl["backend"] == "nemo_rl" and check_config(cfg) == []
+    assert rl["backend"] == "nemo_rl" and check_config(cfg, resources=nano3.stage("rl").resources) == []
     drv, out = nemo_rl.translate(rl, policy=Path("/store/sft"), prompts=Path("/store/prompts"), prefs=Path("/store/prefs"),
                                  reward_model=Path("/store/rm"), nodes=8, gpus_per_node=8, run_dir=tmp_path, wandb="offline")
     assert "backend" not in out and "algorithm" not in out and "dpo" not in out

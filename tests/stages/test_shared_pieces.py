@@ -201,7 +201,7 @@ def test_eval_config_reads_or_refuses_every_key():
         ["eval.vllm_cfg: tensor_parallel_size x data_parallel_size = 16 > the node's 8 GPUs"]
     assert problems("+eval.vllm_kwargs.seed=1") == ["eval.vllm_kwargs may not set seed (eval sets it from its own keys)"]
     assert problems("eval.backend=hf") == [f"eval.{k} applies only to eval.backend=vllm (remove it, or set the backend)"
-                                           for k in ("vllm_cfg", "vllm_kwargs")]
+                                           for k in ("vllm_cfg", "vllm_kwargs", "vllm_python")]
     assert problems("eval.greedy=1", "eval.n_samples=1e30") == ["eval.n_samples must be an integer in [1, 4096] (got 1e+30)",
                                                                 "eval.greedy must be true or false (got 1)"]
 
