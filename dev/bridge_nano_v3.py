@@ -27,20 +27,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "stages"))
 
 VALIDATE = r"""
-import importlib.util, json, logging, sys
+import importlib.util, json, sys
 bridge_src, helpers, script_path = sys.argv[1:4]
 sys.path.insert(0, bridge_src)
 sys.path.insert(1, helpers)
 import megatron.core
 import megatron.bridge   # before the TE stand-in: nano-v3's model providers probe for TE at import (HAVE_TE)
 import bridge_cpu
-skipped = []
-class Catch(logging.Handler):
-    def emit(self, record):
-        msg = record.getMessage()
-        if "Skipping" in msg or "Failed to instantiate" in msg or "Could not set" in msg:
-            skipped.append(msg)
-logging.getLogger().addHandler(Catch())
+skipped = bridge_cpu.catch_skipped()
 spec = importlib.util.spec_from_file_location("bridge_train", script_path)
 script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(script)

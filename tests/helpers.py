@@ -30,6 +30,15 @@ def run_jobs(store: Path, *args: str, env: dict | None = None, timeout: float = 
     return Result(p.returncode, p.stdout, p.stderr)
 
 
+def count_once(tmp: Path, env: dict) -> Path:
+    """`tmp/store`, in which the test recipe testchain's count stage (tests/fixtures) succeeded once."""
+    (tmp / "home").mkdir()
+    root = tmp / "store"
+    r = run_jobs(root, "submit", "testchain", "--stage", "count", "count.steps=2", "count.step_s=0", env=env)
+    assert r.code == 0, r.err
+    return root
+
+
 def tree_digest(root: Path) -> str:
     """Every path, mode and byte under `root`: equal digests mean the tree did not change at all."""
     h = hashlib.sha256()

@@ -25,11 +25,10 @@ from typing import Callable
 
 import pytest
 
-from helpers import run_jobs, tree_state
+from helpers import count_once, run_jobs, tree_state
 from lineage import Store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-FAST = ["count.steps=2", "count.step_s=0"]
 TIMEOUT = 120    # a case that hangs on a FIFO fails here instead of hanging the suite
 
 
@@ -43,11 +42,7 @@ def base_env(tmp: Path) -> dict:
 def counted(tmp_path_factory) -> Path:
     """A store in which testchain's count stage succeeded once (copied, never changed, by the cases)."""
     tmp = tmp_path_factory.mktemp("counted")
-    (tmp / "home").mkdir()
-    root = tmp / "store"
-    r = run_jobs(root, "submit", "testchain", "--stage", "count", *FAST, env=base_env(tmp))
-    assert r.code == 0, r.err
-    return root
+    return count_once(tmp, base_env(tmp))
 
 
 @dataclass

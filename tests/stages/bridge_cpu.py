@@ -65,6 +65,23 @@ def _stand_in_transformer_engine() -> None:
 _stand_in_transformer_engine()
 
 #: Set on top of our overrides for a CPU validate(): the recipe's MoE dispatcher needs CUDA kernels.
+def catch_skipped() -> list[str]:
+    """The messages Bridge logs when it drops an override (an unknown key never fails there): a list
+    that fills while the config is built."""
+    import logging
+
+    skipped: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            if "Skipping" in msg or "Failed to instantiate" in msg or "Could not set" in msg:
+                skipped.append(msg)
+
+    logging.getLogger().addHandler(Catch())
+    return skipped
+
+
 CPU_MOE = {"moe_permute_fusion": False, "moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None}
 
 

@@ -33,16 +33,10 @@ if not PY.exists():
     pytest.skip(f"{PY} is missing: run dev/bridge_venv.sh to run the real-Bridge tests", allow_module_level=True)
 
 VALIDATE = r"""
-import importlib.util, json, logging, os, sys
+import importlib.util, json, os, sys
 sys.path.insert(0, sys.argv[1])
 import bridge_cpu
-skipped = []
-class Catch(logging.Handler):
-    def emit(self, record):
-        msg = record.getMessage()
-        if "Skipping" in msg or "Failed to instantiate" in msg or "Could not set" in msg:
-            skipped.append(msg)
-logging.getLogger().addHandler(Catch())
+skipped = bridge_cpu.catch_skipped()
 spec = importlib.util.spec_from_file_location("bridge_train", sys.argv[2])
 script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(script)          # __name__ != "__main__": only the definitions
