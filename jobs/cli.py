@@ -88,7 +88,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     from jobs.status import check_limit
 
     check_limit(args.limit)
-    show.print_runs(open_store(args).index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json)
+    store = open_store(args)
+    show.print_runs(store.index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json,
+                    store=store, metric=args.metric)
     return 0
 
 
@@ -113,12 +115,8 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from jobs.reproduce import diff
-
-    store = open_store(args)
-    lines = diff(store, store.index().resolve_run(args.a), store.index().resolve_run(args.b))
-    print("\n".join(lines) if lines else "no differences in config, code, environment, inputs or outputs")
-    return 1 if lines else 0   # like diff(1): scripts can ask whether two runs differ
+    from jobs.compare import diff_command
+    return diff_command(open_store(args), args.a, args.b)   # exit 1 when they differ, like diff(1)
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -189,7 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
             a("-f", "--follow", **flag, help="keep printing until the run ends"),
             a("--task", type=int, default=0, help="which task (node) of a multi-node job"))
     command("cancel", cmd_cancel, "cancel a run (scancel on Slurm)", a("run"))
-    command("list", cmd_list, "runs, newest first", a("--recipe"), a("--stage"), a("--limit", type=int, default=50), as_json)
+    command("list", cmd_list, "runs, newest first, with how long each ran", a("--recipe"), a("--stage"),
+            a("--limit", type=int, default=50), a("--metric", help="add a column: this metric's last value (e.g. eval/exact_match)"),
+            as_json)
     command("show", cmd_show, "a run's or an artifact's record",
             a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json)
     command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json)
@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
             a("--compare", **flag, help="RUN is an ended reproduction (from --no-wait): compare it with its original"))
     command("diff", cmd_diff, "how two runs differ: config, code, environment, image, inputs, outputs (exit 1 when they do)",
             a("a"), a("b"))
+    command("compare", call("jobs.compare:command", "store", "runs", "stage", "metric", "limit", "json"),
+            "a table of runs: the config keys that differ between them, and their metrics",
+            a("runs", nargs="+", metavar="RUN|RECIPE", help="two or more run IDs (or prefixes), or a recipe: its newest runs"),
+            a("--stage", help="with a RECIPE: only this stage's runs"),
+            a("--metric", action="append", help="only these metrics (repeat the flag); default: every metric but timings"),
+            a("--limit", type=int, default=20, help="with a RECIPE: its newest N runs (default 20)"), as_json)
     command("verify", call("jobs.maintenance:verify", "store", "id", "all"), "re-hash artifacts and report corruption", a("id", nargs="?"), a("--all", **flag))
     command("gc", cmd_gc, "delete artifacts nothing keeps (dry run unless --yes)",
             a("--older-than", type=float, default=7.0, metavar="DAYS", help="retention (default 7 days)"),

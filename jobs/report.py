@@ -113,8 +113,8 @@ def _walk(store, idx, runs: list[str], arts: list[str]) -> tuple[dict[str, str],
 
 
 def _art_label(idx, art: str) -> str:
-    names = idx.names_of(art)
-    return names[-1] if names else art[:16]
+    from jobs.chains import describe
+    return describe(idx, art)   # its own version, not a newer one a re-run of the same bytes added
 
 
 def _run_label(idx, run: str) -> str:
