@@ -160,6 +160,9 @@ def print_artifact(store, idx, art_id: str) -> None:
     print(f"names     {', '.join(idx.names_of(art_id)) or '-'}")
     print(f"path      {a['path']}")
     print(f"producer  {a.get('producer') or '-'}")
+    from jobs.add import origin
+    if origin(a):
+        print(f"origin    {origin(a)}")
     consumers = sorted({r['run'] for r in idx.consumers(art_id)})
     print(f"used by   {', '.join(consumers) or '-'}")
     print(f"created   {_when(a['created'])}")
@@ -216,7 +219,17 @@ def _graph(idx, art_id: str):
 
 
 def lineage(store, idx, art_id: str, fmt: str = "text") -> str:
+    from jobs.add import origin
+    from lineage.errors import LineageError
+
     nodes, edges = _graph(idx, art_id)
+    for n in nodes:   # an artifact a user added: its origin (--source, --revision) on its label
+        if n.startswith("art_") and not idx.producer(n):
+            try:
+                where = origin(store.artifact(n))
+            except LineageError:   # a record gc removed or damage: the graph still shows the node
+                where = None
+            nodes[n] += f" [{where}]" if where else ""
     if fmt == "json":
         return json.dumps({"artifact": art_id,
                            "nodes": [{"id": n, "type": "artifact" if n.startswith("art_") else "run", "label": nodes[n]}
