@@ -189,3 +189,49 @@ class StageChain:
         self.chains.contexts[self.stage] = list(self.chooser.context)
         line = mixing_warning(self.chooser.idx, self.stage, self.sides, self.given)
         return [line] if line else []
+
+
+# ---- `jobs report RECIPE`: one consistent chain of successful runs -------------------------------
+def recipe_chain(store, idx, recipe_name: str) -> tuple[dict[str, str], list[str]]:
+    """(stage -> run, stages left out): the newest successful run of the recipe's last stage that has
+    one, the runs it descends from, and for every other stage its newest successful run whose inputs
+    are outputs of the runs chosen for the stages they come from. A failed, cancelled or other-chain
+    run is never part of it."""
+    from jobs import recipes
+
+    recipe = recipes.load(recipe_name)
+    ok = {s: [r["id"] for r in idx.runs(recipe=recipe_name, stage=s) if r["state"] == "SUCCEEDED"]
+          for s in recipe.stages}
+    chosen: dict[str, str] = {}
+    cache: dict[str, Ancestry] = {}
+    for stage in reversed(list(recipe.stages)):      # the anchor: newest first, inputs of one chain
+        for run in ok[stage]:
+            parts = [ancestry(idx, a, cache) for a in store.run(run).inputs.values()]
+            if any(clash(a, b) for i, a in enumerate(parts) for b in parts[i + 1:]):
+                continue                             # its inputs mix chains: not a chain to show
+            chosen[stage] = run
+            for (rec, up), runs in merge(parts).items():   # upstream: of identical bytes, the newest success
+                good = [r for r in sorted(runs, reverse=True) if (idx.run_row(r) or {"state": None})["state"] == "SUCCEEDED"]
+                if rec == recipe_name and good and up not in chosen:
+                    chosen[up] = good[0]
+            break
+        if chosen:
+            break
+    if not chosen:
+        return {}, list(recipe.stages)
+
+    def fits(stage: str, run: str) -> bool:
+        inputs = store.run(run).inputs
+        for inp in recipe.stages[stage].inputs:
+            if inp.stage in chosen:
+                made = {e["artifact"] for e in idx.edges_of(chosen[inp.stage], "out") if e["role"] == inp.output}
+                if inputs.get(inp.role) not in made:
+                    return False
+        return True
+
+    for stage in recipe.stages:
+        if stage not in chosen:
+            pick = next((r for r in ok[stage] if fits(stage, r)), None)
+            if pick:
+                chosen[stage] = pick
+    return chosen, [s for s in recipe.stages if s not in chosen]

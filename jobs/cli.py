@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
             a("--source", help="where it came from (a URL)"), a("--revision", help="the source's revision or commit"))
     command("recipes", cmd_recipes, "recipes and their stages")
     command("report", cmd_report, "one HTML file for a run, an artifact's lineage or a recipe: graph, curves, evals",
-            a("id", help="run ID (or prefix), art_… or NAME:latest|vN, or a recipe name (its newest run per stage)"),
+            a("id", help="run ID (or prefix), art_… or NAME:latest|vN, or a recipe name (its newest consistent chain of successful runs)"),
             a("-o", "--out", help="the HTML file to write (default: ./report-<ID>.html)"))
     return p
 

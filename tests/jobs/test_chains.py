@@ -3,8 +3,8 @@ evalchain runs (count -> train -> evaluate; evaluate reads the trained model and
 its data, like tiny's eval reads data.eval), each a real local job of well under a second.
 
 The store: chain A (count v1 -> train -> evaluate), then count again with another config (v2, the
-newest), then evaluate by default (must take v1, its model's data), then evaluate with
---input data=…:latest (mixing: warned), then train on v2 and evaluate by default (follows v2).
+newest), then evaluate by default (must take v1, its model's data), then train on v2 and evaluate by
+default (follows v2), then evaluate that model with --input data=…:v1 (mixing: warned).
 """
 import json
 import os
@@ -43,11 +43,11 @@ def chain(tmp_path_factory) -> dict:
     ok(root, "submit", "evalchain", "--stage", "count", "count.steps=4")          # v2: newest data, another chain
     steps["default"] = jobs(root, "submit", "evalchain", "--stage", "evaluate", "--force")
     steps["eval_default"] = newest(root, "evaluate")["id"]
-    steps["mixed"] = jobs(root, "submit", "evalchain", "--stage", "evaluate", "--input", "data=evalchain/count/result:latest")
-    steps["eval_mixed"] = newest(root, "evaluate")["id"]
     ok(root, "submit", "evalchain", "--stage", "train", "train.steps=30")          # a model of chain v2
     steps["follow"] = jobs(root, "submit", "evalchain", "--stage", "evaluate")
     steps["eval_b"] = newest(root, "evaluate")["id"]
+    steps["mixed"] = jobs(root, "submit", "evalchain", "--stage", "evaluate", "--input", "data=evalchain/count/result:v1")
+    steps["eval_mixed"] = newest(root, "evaluate")["id"]
     steps["root"] = root
     return steps
 
@@ -74,7 +74,7 @@ def test_mixing_chains_takes_an_explicit_input_and_is_warned_in_one_line(chain):
     store = Store(chain["root"])
     r = chain["mixed"]
     assert r.code == 0, r.err
-    assert store.run(chain["eval_mixed"]).inputs["data"] == store.resolve_artifact("evalchain/count/result:v2")
+    assert store.run(chain["eval_mixed"]).inputs["data"] == store.resolve_artifact("evalchain/count/result:v1")
     warned = [line for line in r.err.splitlines() if "mix" in line]
     assert len(warned) == 1, r.err
     line = warned[0]
@@ -82,8 +82,8 @@ def test_mixing_chains_takes_an_explicit_input_and_is_warned_in_one_line(chain):
     count_a, count_b = (store.run(store.artifact(store.resolve_artifact(f"evalchain/count/result:v{v}"))["producer"]).id
                         for v in (1, 2))
     # both sides: the given data and the run it comes from, the model and the run it descends from
-    assert "data evalchain/count/result:latest" in line and count_b[:13] in line
-    assert "model evalchain/train/model:v1" in line and count_a[:13] in line
+    assert "data evalchain/count/result:v1" in line and count_a[:13] in line
+    assert "model evalchain/train/model:v2" in line and count_b[:13] in line
 
 
 def test_lineage_labels_each_artifact_with_its_own_version(chain):
@@ -142,11 +142,32 @@ def test_compare_prints_the_configs_that_differ_and_their_metrics(chain):
     assert head[:4] == ["RUN", "STATE", "TOOK", "train.steps"] and "train/loss" in head and "count.steps" not in head
     rows = {line.split()[3]: line.split() for line in out[2:4]}
     assert set(rows) == {"20", "30"}
-    # The evals differ in their data only: the input is a column, named by its own version.
-    doc = json.loads(ok(root, "compare", chain["eval_default"], chain["eval_mixed"], "--json").out)
+    # The evals differ in their inputs only: each input is a column, named by its own version.
+    doc = json.loads(ok(root, "compare", chain["eval_default"], chain["eval_b"], "--json").out)
     t = doc["evalchain/evaluate"]
-    assert t["keys"] == [] and t["inputs"] == ["data"]
+    assert t["keys"] == [] and t["inputs"] == ["data", "model"]
     assert [r["input_names"]["data"] for r in t["runs"]] == ["evalchain/count/result:v1", "evalchain/count/result:v2"]
     assert all(r["metrics"]["eval/exact_match"] == 0.75 for r in t["runs"])
     one = jobs(root, "compare", chain["eval_a"])
     assert one.code == 2 and "two or more runs" in one.err
+
+
+def test_report_of_a_recipe_shows_one_consistent_chain_and_names_eval_data(chain, tmp_path):
+    """The newest evaluate mixes chains: the report takes the newest consistent one and says which runs."""
+    import re
+
+    pytest.importorskip("matplotlib")
+    root = chain["root"]
+    store = Store(root)
+    page = tmp_path / "r.html"
+    ok(root, "report", "evalchain", "--out", str(page))
+    text = page.read_text()
+    note = re.sub(r"<[^>]+>", "", text[text.index('class="chain"'):text.index("</p>", text.index('class="chain"'))])
+    b = store.run(chain["eval_b"])
+    train = store.artifact(b.inputs["model"])["producer"]
+    count = store.artifact(b.inputs["data"])["producer"]
+    assert f"evaluate {chain['eval_b'][:13]}" in note and f"train {train[:13]}" in note and f"count {count[:13]}" in note
+    assert chain["eval_mixed"][:13] not in text
+    evals = text[text.index('id="eval"'):]
+    evals = evals[:evals.index("</table>")]
+    assert "<th>data</th>" in evals and "evalchain/count/result:v2" in evals and "result:v1" not in evals
