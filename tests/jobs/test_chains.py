@@ -171,3 +171,14 @@ def test_report_of_a_recipe_shows_one_consistent_chain_and_names_eval_data(chain
     evals = text[text.index('id="eval"'):]
     evals = evals[:evals.index("</table>")]
     assert "<th>data</th>" in evals and "evalchain/count/result:v2" in evals and "result:v1" not in evals
+
+
+def test_speeds_and_times_are_shown_but_do_not_make_runs_differ():
+    from jobs.metrics import deltas
+
+    same_work = deltas({"sft/loss": 0.5, "sft/tokens_per_s": 900.0, "tracking/wandb_init_s": 0.2},
+                       {"sft/loss": 0.5, "sft/tokens_per_s": 1200.0, "tracking/wandb_init_s": 0.3})
+    assert [counted for _, counted in same_work] == [False, False]
+    assert same_work[0][0] == "metric  sft/tokens_per_s: 900 -> 1200 (+300)  (timing: not counted)"
+    moved = deltas({"sft/loss": 0.5}, {"sft/loss": 0.25, "eval/exact_match": 0.75})
+    assert moved == [("metric  eval/exact_match: <none> -> 0.75", True), ("metric  sft/loss: 0.5 -> 0.25 (-0.25)", True)]
