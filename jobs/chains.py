@@ -66,7 +66,6 @@ def clash(a: Ancestry, b: Ancestry) -> tuple[str, str, str, str] | None:
 class Chooser:
     """Chooses one stage's default inputs from the chain of those already chosen."""
 
-    store: object
     idx: object
     context: list[Ancestry] = field(default_factory=list)
     cache: dict[str, Ancestry] = field(default_factory=dict)
@@ -77,10 +76,11 @@ class Chooser:
         return anc
 
     def from_chain(self, recipe: str, stage: str, output: str) -> tuple[str, str] | None:
-        """(artifact, run) of `stage`'s `output` from the chain chosen so far: the first run of that
-        stage the chain agrees on that succeeded and made it (the first: its own version)."""
+        """(artifact, run) of `stage`'s `output` from the chain chosen so far: the newest run of that
+        stage the chain agrees on that succeeded and made it (several agree when they made the same
+        bytes the chain read, e.g. a data run that changed only the eval split: the newest is taken)."""
         runs = merge(self.context).get((recipe, stage), set())
-        for run in sorted(runs):
+        for run in sorted(runs, reverse=True):
             row = self.idx.run_row(run)
             if row is None or row["state"] != "SUCCEEDED":
                 continue
@@ -97,8 +97,8 @@ def describe(idx, art: str) -> str:
 
 
 def own_name(idx, art: str) -> str | None:
-    """The version the artifact was first registered under (by the run that made it, else the first):
-    a re-run that made the same bytes adds a newer version, which is not this artifact's own."""
+    """The version the artifact was first registered under: a later run (or add) of the same bytes
+    adds a newer version, which is not what the artifact was made as."""
     names = idx.refs_of(art)
     if not names:
         return None
@@ -145,7 +145,7 @@ class Chains:
 class StageChain:
     def __init__(self, chains: Chains, stage: str):
         self.chains, self.stage = chains, stage
-        self.chooser = Chooser(chains.store, chains.idx) if chains.idx is not None else None
+        self.chooser = Chooser(chains.idx) if chains.idx is not None else None
         self.sides: dict[str, tuple[str, dict]] = {}
         self.given: set[str] = set()
 
@@ -181,7 +181,7 @@ class StageChain:
         shown = describe(self.chooser.idx, art)
         newest = describe(self.chooser.idx, latest)
         return [f"note: {self.stage} input {inp.role} = {shown}, from the chain of its other inputs, not "
-                f"{alias} ({newest}, another chain; --input {inp.role}={alias} to use it)"]
+                f"{alias} ({newest}, of another chain; --input {inp.role}={alias} to use it anyway)"]
 
     def finish(self) -> list[str]:
         if not self.chooser:
