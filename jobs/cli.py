@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run even if the image pin or installed packages differ from the record (recorded as drift)"),
             a("--no-wait", **flag, help="a Slurm run: return once the reproduction is submitted"),
             a("--compare", **flag, help="RUN is an ended reproduction (from --no-wait): compare it with its original"))
-    command("diff", cmd_diff, "how two runs differ: config, code, environment, image, inputs, outputs (exit 1 when they do)",
+    command("diff", cmd_diff, "how two runs differ: config, code, environment, image, inputs, outputs, metrics (exit 1 when they do)",
             a("a"), a("b"))
     command("compare", call("jobs.compare:command", "store", "runs", "stage", "metric", "limit", "json"),
             "a table of runs: the config keys that differ between them, and their metrics",
