@@ -10,7 +10,7 @@ import json
 import re
 
 from jobs.errors import JobsError
-from jobs.metrics import check_known, deltas, facts, number, timing
+from jobs.metrics import check_known, deltas, duration, facts, number, timing
 
 
 def diff_command(store, a: str, b: str) -> int:
@@ -93,7 +93,7 @@ def render(tables: dict) -> str:
     lines = []
     for stage, t in tables.items():
         head = ["RUN", "STATE", "TOOK", *t["keys"], *(f"input {k}" for k in t["inputs"]), *t["metrics"]]
-        body = [[r["id"][:13], r["state"] or "?", _took(r["duration_s"]),
+        body = [[r["id"][:13], r["state"] or "?", duration(r["duration_s"]),
                  *(_cell(r["config"][k]) for k in t["keys"]), *(r["input_names"][k] or "-" for k in t["inputs"]),
                  *(number(r["metrics"][k]) for k in t["metrics"])]
                 for r in t["runs"]]
@@ -102,11 +102,6 @@ def render(tables: dict) -> str:
         lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head, *body]]
         lines.append("")
     return "\n".join(lines).rstrip("\n")
-
-
-def _took(s) -> str:
-    from jobs.metrics import duration
-    return duration(s)
 
 
 def _cell(value) -> str:
