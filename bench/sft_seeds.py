@@ -31,9 +31,10 @@ import json, sys
 from pathlib import Path
 from jobs import recipes
 from lineage import Store
-from stages import lm, sft
+from stages import sft
+from stages.ml import lm
 from stages.contract import StageContext
-from stages.generate import complete
+from stages.ml.generate import complete
 
 store, seed, run_dir = Store(Path(sys.argv[1])), int(sys.argv[2]), Path(sys.argv[3])
 def newest(stage):

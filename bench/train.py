@@ -42,7 +42,8 @@ def main() -> None:
     from jobs import recipes
     from stages.contract import StageContext
     from lineage import Store
-    from stages import batches, lm, pretrain, sft
+    from stages import pretrain, sft
+    from stages.ml import batches, lm
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,7 +12,7 @@ Prompts go through the tokenizer's chat template when it has one (`chat_template
 template, e.g. nano3's enable_thinking), else they are encoded as <bos> + prompt, as tiny trained.
 Both backends take the same token ids and decode with the same tokenizer. `verifier: exact` scores
 the stripped completion against the answer; `math` extracts the final answer (last \\boxed{}, else
-the last number) and compares it normalised (stages/rewards.py: math_verify).
+the last number) and compares it normalised (stages/ml/rewards.py: math_verify).
 
 vllm runs data_parallel_size engines, each in its own process with tensor_parallel_size GPUs
 (vLLM's LLM() refuses data parallelism in one process); every prompt gets its own sampling seed
@@ -73,7 +73,7 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     if max(cfg["ks"]) > cfg["n_samples"]:
         problems.append(f"eval.ks {list(cfg['ks'])} needs eval.n_samples >= {max(cfg['ks'])}")
     if cfg["backend"] == "hf":
-        from stages.lm import device_problems
+        from stages.ml.lm import device_problems
 
         problems += [f"eval.{key} applies only to eval.backend=vllm (remove it, or set the backend)"
                      for key in ("vllm_cfg", "vllm_kwargs", "vllm_python") if cfg.get(key) is not None]
@@ -127,7 +127,7 @@ def prompt_ids(tokenizer, prompts: list[str], chat_template_kwargs: dict | None 
     """Token ids per prompt: the chat template's rendering of one user turn when the tokenizer has a
     template (its own special tokens included), else <bos> + the prompt (and kwargs are refused:
     they would be ignored)."""
-    from stages import lm
+    from stages.ml import lm
 
     if not getattr(tokenizer, "chat_template", None):
         if chat_template_kwargs:
@@ -141,13 +141,13 @@ def prompt_ids(tokenizer, prompts: list[str], chat_template_kwargs: dict | None 
 
 
 def score(verifier: str, response: str, answer: str) -> bool:
-    from stages.rewards import math_verify, verify
+    from stages.ml.rewards import math_verify, verify
 
     return bool((math_verify if verifier == "math" else verify)(response, str(answer)))
 
 
 def run(ctx) -> dict[str, Path]:
-    from stages import lm, tracking
+    from stages.ml import lm, tracking
 
     cfg = ctx.config["eval"]
     problems = check_config(ctx.config)
@@ -201,8 +201,8 @@ def run(ctx) -> dict[str, Path]:
 
 def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, device: str = "cpu"):
     """HF generate in this process, on `device` (the config's `device`; float32 on either)."""
-    from stages import lm
-    from stages.generate import generate_ids
+    from stages.ml import lm
+    from stages.ml.generate import generate_ids
 
     lm.setup_torch(seed, device=device)
     model = lm.load_model(model_dir).eval()
@@ -279,7 +279,7 @@ def _engine_process(job: dict) -> None:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from stages.vllm_engine import KV_CACHE_BYTES
+    from stages.backends.vllm_engine import KV_CACHE_BYTES
 
     engine = {k: v for k, v in job["engine"].items() if v is not None}
     if cpu:

@@ -10,9 +10,9 @@ Launch:  jobs submit tiny --stage rl [rl.algorithm=dpo] [rl.generation.backend=v
 Backend: `rl.backend: torch` runs here on CPU; `nemo_rl` (nano3) launches NeMo RL in its container.
 
 A Ray cluster spans the job's allocation (`ray: true` in recipe.yaml; runtime/ray_cluster.py). This
-process is the driver; the work happens in actors: rollout workers (stages/rollout.py: the `hf`
-or `vllm` engine), reward workers (stages/rewards.py: verifier or reward model) and the policy
-trainer (stages/policy.py). `rl.cluster.actors: local` makes the same objects plain ones in this
+process is the driver; the work happens in actors: rollout workers (stages/ml/rollout.py: the `hf`
+or `vllm` engine), reward workers (stages/ml/rewards.py: verifier or reward model) and the policy
+trainer (stages/ml/policy.py). `rl.cluster.actors: local` makes the same objects plain ones in this
 process, called one after the other (no Ray needed: a machine without it, one GPU). With
 `device: cuda` the trainer and the hf rollout engines compute on the GPU (Ray actors each reserve
 a share of one GPU); reward workers stay on CPU. One GRPO step:
@@ -24,7 +24,7 @@ a share of one GPU); reward workers stay on CPU. One GRPO step:
 The loss is a token mean over the response tokens trained on. With `rl.grpo.use_dynamic_sampling`
 (the tiny recipe's default) only groups whose rewards differ are trained on, so that mean and the
 KL term cover those groups' tokens only: a larger step than the full batch's, not the same one.
-The trainer packs each group's prompt once (stages/policy.py) and the hf rollout engine runs each
+The trainer packs each group's prompt once (stages/ml/policy.py) and the hf rollout engine runs each
 prompt once per group: the same numbers as repeating the prompt per sample, less compute.
 
 DPO pairs come from the preference data (offline) or from on-policy rollouts ranked by the
@@ -42,9 +42,9 @@ import time
 from pathlib import Path
 
 from stages.schema import Float, Int, Map, Str, check
-from stages import batches, formats, lm, tracking
-from stages.rewards import KINDS
-from stages.rollout import BACKENDS
+from stages.ml import batches, formats, lm, tracking
+from stages.ml.rewards import KINDS
+from stages.ml.rollout import BACKENDS
 
 ALGORITHMS = ("grpo", "dpo")
 ACTORS = ("ray", "local")
@@ -71,10 +71,10 @@ TORCH = Map({
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `rl:` section, for one error message (called by `jobs submit` too).
-    `backend: nemo_rl`: the rendered NeMo RL config against the image's NeMo RL (stages/nemo_rl.py)."""
+    `backend: nemo_rl`: the rendered NeMo RL config against the image's NeMo RL (stages/backends/nemo_rl.py)."""
     cfg = config["rl"]
     if cfg.get("backend", "torch") == "nemo_rl":
-        from stages import nemo_rl
+        from stages.backends import nemo_rl
 
         return nemo_rl.check_config(config, "rl", resources)
     problems = [] if cfg.get("backend", "torch") == "torch" else [f"rl.backend must be torch or nemo_rl (got {cfg['backend']!r})"]
@@ -112,7 +112,7 @@ def preview(config: dict, resources: dict) -> str | None:
     """For `jobs submit --dry-run`: the NeMo RL config and command a nemo_rl job will run."""
     if config["rl"].get("backend") != "nemo_rl":
         return None
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     return nemo_rl.preview(config, resources, "rl")
 
@@ -131,7 +131,7 @@ def shards(items: list, k: int) -> list[list]:
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.config["rl"]
     if cfg.get("backend", "torch") == "nemo_rl":
-        from stages import nemo_rl
+        from stages.backends import nemo_rl
 
         return nemo_rl.run_stage(ctx)
     problems = check_config(ctx.config)
@@ -139,7 +139,7 @@ def run(ctx) -> dict[str, Path]:
         raise ValueError("rl: " + "; ".join(problems))
     import torch
 
-    from stages.losses import group_advantages
+    from stages.ml.losses import group_advantages
 
     seed = ctx.config["seed"]
     algo, gen, grpo, dpo = cfg["algorithm"], cfg["generation"], cfg["grpo"], cfg["dpo"]
@@ -168,7 +168,7 @@ def run(ctx) -> dict[str, Path]:
         ckpt, identity = ctx.checkpoint_dir / "rl.pt", ctx.identity()
         start = actors.get(actors.trainer.load_checkpoint.remote(str(ckpt), identity)) if ckpt.exists() else 0
         if isinstance(start, str):  # another run's, config's or inputs', or nothing left to train
-            from stages.loop import ResumeRefused
+            from stages.ml.loop import ResumeRefused
 
             raise ResumeRefused(start)
         if start:
@@ -260,15 +260,16 @@ class Actors:
 
     def __init__(self, cfg: dict, policy_dir: Path, reward_model_dir: Path, seed: int, steps: int, refit_dir: Path,
                  device: str = "cpu", local: bool = False):
-        from stages.policy import PolicyTrainer
-        from stages.rewards import RewardWorker
-        from stages.rollout import RolloutWorker
+        from stages.ml.policy import PolicyTrainer
+        from stages.ml.rewards import RewardWorker
+        from stages.ml.rollout import RolloutWorker
+        from stages.rm import load_reward_model, score
 
         cl, kind = cfg["cluster"], cfg["reward"]["kind"]
         self.local = local
         rollout = (cfg["generation"]["backend"], str(policy_dir), seed, cl["threads"], device)
         reward = (kind, str(reward_model_dir) if kind == "reward_model" else None, cl["threads"],
-                  cfg["reward"].get("answer_pattern"))
+                  cfg["reward"].get("answer_pattern"), load_reward_model, score)
         trainer = (str(policy_dir), cfg, seed, steps, cl["threads"], device)
         if local:
             self.workers = [InProcess(RolloutWorker(*rollout)) for _ in range(cl["rollout_workers"])]

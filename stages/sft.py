@@ -2,11 +2,11 @@
 
 Inputs:  model (model: a causal LM folder, pretrain's by default)
          data  (sft-data: train.jsonl of {"prompt": "23+45=", "answer": "68"}, or nano3's
-                prep_sft layout, training.jsonl of {"input", "output"}: stages/formats.py)
+                prep_sft layout, training.jsonl of {"input", "output"}: stages/ml/formats.py)
 Outputs: model (model: HF folder, as pretrain's)
 Launch:  jobs submit tiny --stage sft [sft.lr=1e-3 sft.steps=2000]
 Backend: `sft.backend: torch` here; `megatron` (nano3) runs Megatron-Bridge's finetune in the GPU
-         container (stages/megatron/).
+         container (stages/backends/megatron/).
 
 Each global batch is drawn uniformly from all rows and padded on the right (loss mask 0 there).
 Batches of one token length each (no padding) were tried and dropped: a row's length includes its
@@ -20,9 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from stages.schema import Float, Int, Map, Str, check
-from stages import batches, formats, lm, tracking
-from stages.loop import Schedule, train
-from stages.losses import causal_lm_loss
+from stages.ml import batches, formats, lm, tracking
+from stages.ml.loop import Schedule, train
+from stages.ml.losses import causal_lm_loss
 
 
 def pad_right(rows: list[list[int]], masks: list[list[int]], pad_id: int):
@@ -53,13 +53,13 @@ TORCH = Map({
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `sft:` section, before submit (either backend)."""
-    from stages.megatron import launch
+    from stages.backends.megatron import launch
 
     return launch.check_stage(config, "sft", resources, lambda cfg: check(cfg, TORCH, "sft") + lm.device_problems(config, resources))
 
 
 def preview(config: dict, resources: dict) -> str | None:
-    from stages.megatron import launch
+    from stages.backends.megatron import launch
 
     return launch.preview_stage(config, "sft", resources)
 
@@ -67,7 +67,7 @@ def preview(config: dict, resources: dict) -> str | None:
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.config["sft"]
     if cfg.get("backend", "torch") == "megatron":
-        from stages.megatron import launch
+        from stages.backends.megatron import launch
 
         return launch.run_stage(ctx, "sft")
 

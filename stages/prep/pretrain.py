@@ -85,7 +85,7 @@ def run(ctx) -> dict[str, Path]:
     import ray
     from transformers import AutoTokenizer
 
-    from stages.prep.indexed import dtype_for
+    from stages.ml.indexed import dtype_for
 
     cfg = ctx.config["prep_pretrain"]
     tok_cfg = cfg["tokenizer"]
@@ -145,7 +145,7 @@ def tokenize_shard(source: dict, index: int, shards: int, budget: float, tok_dir
     import numpy as np
     from transformers import AutoTokenizer
 
-    from stages.prep.indexed import IndexedWriter
+    from stages.ml.indexed import IndexedWriter
 
     rows = src.shard(source, index, shards)
     tok = AutoTokenizer.from_pretrained(tok_dir)

@@ -1,5 +1,5 @@
 """nano3's whole chain at toy scale on the dev Slurm cluster: the prep stages for real, the torch
-training stages reading nano3's prepared formats (stages/formats.py), eval on vLLM (CPU), export.
+training stages reading nano3's prepared formats (stages/ml/formats.py), eval on vLLM (CPU), export.
 Plus the format readers on their own (no cluster): what each turns a nano3 layout into."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from lineage import Store
 sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
 import make  # noqa: E402
 
-from stages import formats  # noqa: E402
-from stages.prep import indexed  # noqa: E402
+from stages.ml import formats  # noqa: E402
+from stages.ml import indexed  # noqa: E402
 
 STAGES = ("prep_pretrain", "prep_sft", "prep_rl", "pretrain", "sft", "rm", "rl", "eval", "export")
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "LOST")

@@ -181,7 +181,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
     import torch
     import torch.distributed as dist
 
-    from stages.lm import autocast
+    from stages.ml.lm import autocast
 
     created_group = init_distributed(ctx.dist, device)
     distributed = ctx.dist.world_size > 1
@@ -240,7 +240,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
 
     # Progress: a line in the job's log and progress.json every log_every steps (rank 0). Tokens are
     # counted where every stage's batch passes, the model's input (padding included).
-    from stages.tracking import Progress
+    from stages.ml.tracking import Progress
 
     progress = Progress(ctx, name, schedule.steps, start) if ctx.dist.is_main else None
     tokens = [0]

@@ -23,10 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from stages.megatron.config import BridgeJob, bridge, translate
+from stages.backends.megatron.config import BridgeJob, bridge, translate
 
 HEADER = """\
-# Rendered by jobs (stages/megatron/launch.py) for stage {stage}; runs in the nemo container.
+# Rendered by jobs (stages/backends/megatron/launch.py) for stage {stage}; runs in the nemo container.
 # For Megatron-Bridge {version} ({source}): only APIs that exist there.
 """
 
@@ -197,7 +197,7 @@ def plan(config: dict, stage: str, resources: dict, version: str | None = None) 
 
 def check_config(config: dict, stage: str, resources: dict | None) -> list[str]:
     """For `jobs submit`: every problem translate finds, for the version the nemo image carries."""
-    from stages.megatron.config import TranslationError
+    from stages.backends.megatron.config import TranslationError
 
     try:
         plan(config, stage, resources or {})

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stages import lm
+from stages.ml import lm
 
 TASKS = ("math",)   # prep_rl environments whose answers the torch rl's verifier checks
 
@@ -47,7 +47,7 @@ def blend_documents(folder: Path, name: str = "blend.json") -> list[list[int]]:
     """The documents of a Megatron blend {prefix: weight}, each prefix taking its weight's share of
     the tokens (weights normalised), as Megatron's blended dataset samples: a prefix short of its
     share is repeated from its start (an epoch), one over it is cut at the document that reaches it."""
-    from stages.prep.indexed import Reader
+    from stages.ml.indexed import Reader
 
     blend = json.loads((folder / name).read_text())
     if not isinstance(blend, dict) or not blend:
