@@ -31,6 +31,7 @@ from math import comb
 from pathlib import Path
 
 from stages.schema import Bool, Float, Int, List, Map, Str, check
+from stages.contract import StageError
 
 BACKENDS = ("hf", "vllm")
 VERIFIERS = ("exact", "math")
@@ -131,7 +132,7 @@ def prompt_ids(tokenizer, prompts: list[str], chat_template_kwargs: dict | None 
 
     if not getattr(tokenizer, "chat_template", None):
         if chat_template_kwargs:
-            raise ValueError(f"eval.chat_template_kwargs {sorted(chat_template_kwargs)} given, but the model's "
+            raise StageError(f"eval.chat_template_kwargs {sorted(chat_template_kwargs)} given, but the model's "
                              "tokenizer has no chat template to pass them to")
         return lm.encode(tokenizer, prompts, bos=True)
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
@@ -152,7 +153,7 @@ def run(ctx) -> dict[str, Path]:
     cfg = ctx.config["eval"]
     problems = check_config(ctx.config)
     if problems:
-        raise ValueError("eval: " + "; ".join(problems))
+        raise StageError("eval: " + "; ".join(problems))
     seed = cfg.get("seed", ctx.config["seed"])
     n = cfg["n_samples"]
 
@@ -261,7 +262,7 @@ def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], 
         p.join()
     failed = [f"engine {i} exit code {p.exitcode}" for i, p in enumerate(procs) if p.exitcode != 0]
     if failed:
-        raise RuntimeError(f"eval: vLLM failed ({', '.join(failed)}); its error is in this run's log above")
+        raise StageError(f"eval: vLLM failed ({', '.join(failed)}); its error is in this run's log above")
     parts = [json.loads(o.read_text()) for o in outs]
     return ([g for p in parts for g in p["sampled"]],
             [g for p in parts for g in p["greedy"]] if greedy else None)

@@ -23,6 +23,7 @@ from stages.schema import Float, Int, Map, Str, check
 from stages.ml import batches, formats, lm, tracking
 from stages.ml.loop import Schedule, train
 from stages.ml.losses import causal_lm_loss
+from stages.contract import StageError
 
 
 def pack(rows: list[list[int]], block: int, seed: int) -> list[list[int]]:
@@ -69,7 +70,7 @@ def run(ctx) -> dict[str, Path]:
     if cfg.get("batch_size", 0) % ctx.dist.world_size:
         problems.append(f"pretrain.batch_size {cfg.get('batch_size')} does not split over {ctx.dist.world_size} ranks")
     if problems:
-        raise ValueError("pretrain: " + "; ".join(problems))
+        raise StageError("pretrain: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
     device = lm.device_of(ctx.config)
@@ -79,7 +80,7 @@ def run(ctx) -> dict[str, Path]:
     tokenizer = lm.load_tokenizer(ctx.input("tokenizer"))
     blocks = pack(formats.pretrain_documents(ctx.input("corpus"), tokenizer), cfg["model"]["max_len"], seed)
     if len(blocks) < cfg["batch_size"]:
-        raise ValueError(f"the corpus makes {len(blocks)} blocks of {cfg['model']['max_len']} tokens, "
+        raise StageError(f"the corpus makes {len(blocks)} blocks of {cfg['model']['max_len']} tokens, "
                          f"fewer than pretrain.batch_size {cfg['batch_size']}")
     model = formats.base_model(ctx.config, cfg["model"], tokenizer)
 

@@ -45,6 +45,7 @@ from stages.schema import Float, Int, Map, Str, check
 from stages.ml import batches, formats, lm, tracking
 from stages.ml.rewards import KINDS
 from stages.ml.rollout import BACKENDS
+from stages.contract import StageError
 
 ALGORITHMS = ("grpo", "dpo")
 ACTORS = ("ray", "local")
@@ -136,7 +137,7 @@ def run(ctx) -> dict[str, Path]:
         return nemo_rl.run_stage(ctx)
     problems = check_config(ctx.config)
     if problems:
-        raise ValueError("rl: " + "; ".join(problems))
+        raise StageError("rl: " + "; ".join(problems))
     import torch
 
     from stages.ml.losses import group_advantages
@@ -152,7 +153,7 @@ def run(ctx) -> dict[str, Path]:
     val_ids = lm.encode(tokenizer, [r["prompt"] for r in val], bos=True)
     longest = max(len(p) for p in prompt_ids + val_ids) + gen["max_new_tokens"]
     if longest > json.loads((policy_dir / "config.json").read_text())["max_position_embeddings"]:
-        raise ValueError(f"rl: prompt + rl.generation.max_new_tokens = {longest} tokens exceeds the policy's positions")
+        raise StageError(f"rl: prompt + rl.generation.max_new_tokens = {longest} tokens exceeds the policy's positions")
 
     # The Ray cluster of this allocation (a local one when run outside a job), and its actors; or
     # the same actors in this process.
@@ -281,12 +282,12 @@ class Actors:
             need = cl["rollout_workers"] * cl["rollout_cpus"] + cl["trainer_cpus"] + cl["reward_workers"] * cl["reward_cpus"]
             have = ray.cluster_resources().get("CPU", 0)
             if need > have:
-                raise ValueError(f"rl: the actors need {need:g} CPUs (rl.cluster) but the Ray cluster has {have:g}")
+                raise StageError(f"rl: the actors need {need:g} CPUs (rl.cluster) but the Ray cluster has {have:g}")
             # On CUDA the trainer and the rollout workers share one GPU (Ray hands each its share and
             # sets CUDA_VISIBLE_DEVICES for it); on CPU they ask for none.
             gpu = 1 / (cl["rollout_workers"] + 1) if device == "cuda" else 0
             if gpu and ray.cluster_resources().get("GPU", 0) < 1:
-                raise ValueError("rl: device is cuda, but the Ray cluster has no GPU (rl.cluster.actors=local runs "
+                raise StageError("rl: device is cuda, but the Ray cluster has no GPU (rl.cluster.actors=local runs "
                                  "the actors in this process)")
             spread = {"scheduling_strategy": "SPREAD"}
             self.workers = [ray.remote(RolloutWorker).options(num_cpus=cl["rollout_cpus"], **({"num_gpus": gpu} if gpu else {}),
@@ -370,7 +371,7 @@ def _offline_pairs(prefs: Path, kinds: list[str] | None) -> list[dict]:
     kept = [p for p in pairs if p.get("kind") in kinds]
     if not kept:
         have = sorted({str(p.get("kind")) for p in pairs})
-        raise ValueError(f"rl: rl.dpo.pair_kinds {kinds} keeps none of the {len(pairs)} pairs (their kinds: {', '.join(have)})")
+        raise StageError(f"rl: rl.dpo.pair_kinds {kinds} keeps none of the {len(pairs)} pairs (their kinds: {', '.join(have)})")
     return kept
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from stages.ml import batches, formats, lm, tracking
 from stages.ml.loop import Schedule, train
 from stages.ml.losses import bradley_terry_loss
+from stages.contract import StageError
 
 HEAD_FILE = "reward_head.safetensors"
 
@@ -234,7 +235,7 @@ def run(ctx) -> dict[str, Path]:
     if cfg.get("batch_size", 0) % ctx.dist.world_size:
         problems.append(f"rm.batch_size {cfg.get('batch_size')} does not split over {ctx.dist.world_size} ranks")
     if problems:
-        raise ValueError("rm: " + "; ".join(problems))
+        raise StageError("rm: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
     lm.setup_torch(seed, ctx.dist)

@@ -23,6 +23,7 @@ from stages.schema import Float, Int, Map, Str, check
 from stages.ml import batches, formats, lm, tracking
 from stages.ml.loop import Schedule, train
 from stages.ml.losses import causal_lm_loss
+from stages.contract import StageError
 
 
 def pad_right(rows: list[list[int]], masks: list[list[int]], pad_id: int):
@@ -78,7 +79,7 @@ def run(ctx) -> dict[str, Path]:
     if cfg.get("batch_size", 0) % ctx.dist.world_size:
         problems.append(f"sft.batch_size {cfg.get('batch_size')} does not split over {ctx.dist.world_size} ranks")
     if problems:
-        raise ValueError("sft: " + "; ".join(problems))
+        raise StageError("sft: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
     device = lm.device_of(ctx.config)
@@ -91,7 +92,7 @@ def run(ctx) -> dict[str, Path]:
     rows, masks = encode_pairs(tokenizer, pairs)
     longest = max(len(r) for r in rows)
     if longest > model.config.max_position_embeddings:
-        raise ValueError(f"an SFT row has {longest} tokens; the model's max_position_embeddings is "
+        raise StageError(f"an SFT row has {longest} tokens; the model's max_position_embeddings is "
                          f"{model.config.max_position_embeddings}")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0   # any id: masked, never attended
 

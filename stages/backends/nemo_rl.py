@@ -402,7 +402,7 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     try:
         import nemo_rl  # noqa: F401  (only: is it installed?)
     except ImportError:
-        raise RuntimeError(f"{stage} with backend nemo_rl runs in the pinned nemo-rl container "
+        raise StageError(f"{stage} with backend nemo_rl runs in the pinned nemo-rl container "
                            "(nemo_rl is not installed here)") from None
     if not ctx.dist.is_main:
         return {}  # the other nodes only host Ray workers
@@ -430,7 +430,7 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     subprocess.run(command(drv, path), check=True, cwd=REPO, env={**os.environ, **job_env(where["wandb"])})
     steps = sorted(Path(cfg["checkpointing"]["checkpoint_dir"]).glob("step_*"), key=lambda p: int(p.name[5:]))
     if not steps:
-        raise RuntimeError(f"NeMo RL wrote no checkpoint under {cfg['checkpointing']['checkpoint_dir']}")
+        raise StageError(f"NeMo RL wrote no checkpoint under {cfg['checkpointing']['checkpoint_dir']}")
     if int(steps[-1].name[5:]) < target:
         ctx.requeue()  # stopped at its own deadline before its own end: resume in the next attempt
     out = ctx.output_dir(output)

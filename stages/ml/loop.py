@@ -56,7 +56,7 @@ class Schedule:
         if "min_lr_ratio" in values and not 0 <= values["min_lr_ratio"] <= 1:
             problems.append(f"min_lr_ratio must be in [0, 1] (got {values['min_lr_ratio']})")
         if problems:
-            raise ValueError("training schedule: " + "; ".join(problems))
+            raise StageError("training schedule: " + "; ".join(problems))
         return cls(**values)
 
     def factor(self, step: int) -> float:

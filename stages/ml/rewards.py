@@ -19,6 +19,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
+from stages.contract import StageError
+
 KINDS = ("verifier", "reward_model")
 
 
@@ -119,7 +121,7 @@ class RewardWorker:
     def __init__(self, kind: str, reward_model_dir: str | None = None, threads: int | None = None,
                  answer_pattern: str | None = None, load: Callable | None = None, score: Callable | None = None):
         if kind not in KINDS:
-            raise ValueError(f"reward kind must be one of {', '.join(KINDS)} (got {kind!r})")
+            raise StageError(f"reward kind must be one of {', '.join(KINDS)} (got {kind!r})")
         self.kind = kind
         self.answer = re.compile(answer_pattern) if answer_pattern else None
         if kind == "reward_model":

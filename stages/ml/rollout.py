@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stages.contract import StageError
+
 BACKENDS = ("hf", "vllm")
 
 
@@ -49,7 +51,7 @@ class HFEngine:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         # Tied embeddings: lm_head.weight is not stored on its own; anything else missing is a bug.
         if unexpected or [k for k in missing if k != "lm_head.weight"]:
-            raise ValueError(f"refit from {folder}: missing {missing}, unexpected {unexpected}")
+            raise StageError(f"refit from {folder}: missing {missing}, unexpected {unexpected}")
 
 
 def make_engine(backend: str, model_dir: Path, *, seed: int, threads: int | None = None, device: str = "cpu"):
@@ -60,7 +62,7 @@ def make_engine(backend: str, model_dir: Path, *, seed: int, threads: int | None
         from stages.backends.vllm_engine import VLLMEngine
 
         return VLLMEngine(model_dir, seed=seed, threads=threads)
-    raise ValueError(f"generation backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+    raise StageError(f"generation backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
 
 
 class RolloutWorker:

@@ -27,7 +27,7 @@ import socket
 import time
 from pathlib import Path
 
-from stages.contract import Requeue
+from stages.contract import Requeue, StageError
 
 MODES = ("offline", "online", "disabled")
 PROGRESS_FILE = "progress.json"
@@ -137,7 +137,7 @@ def session(ctx):
     cfg = ctx.config.get("tracking", {}) or {}
     mode = cfg.get("wandb", "offline")
     if mode not in MODES:
-        raise ValueError(f"tracking.wandb must be one of {', '.join(MODES)} (got {mode!r})")
+        raise StageError(f"tracking.wandb must be one of {', '.join(MODES)} (got {mode!r})")
     trackers = []
     log_handler = None
     if ctx.dist.is_main:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from stages.schema import Bool, Float, Int, List, Map, Str, check
 from stages.prep import sources as src
+from stages.contract import StageError
 
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 SOURCE = Map({
@@ -94,7 +95,7 @@ def run(ctx) -> dict[str, Path]:
     tokenizer.save_pretrained(tok_dir)             # workers load this folder: the shards match it exactly
     portable_tokenizer(tok_dir)
     if tok_cfg["add_eos"] and tokenizer.eos_token_id is None or tok_cfg["add_bos"] and tokenizer.bos_token_id is None:
-        raise ValueError("prep_pretrain.tokenizer: add_bos/add_eos asks for a token the tokenizer does not have")
+        raise StageError("prep_pretrain.tokenizer: add_bos/add_eos asks for a token the tokenizer does not have")
     dtype = dtype_for(len(tokenizer))
     total_w = sum(s["weight"] for s in cfg["sources"])
     shards = cfg["num_shards"]
@@ -200,7 +201,7 @@ def write_blend(ctx, cfg: dict, results: list[dict], out: Path, tokenizer, dtype
                 if r[split]["documents"]:
                     blends[split][f"{s['name']}/{split}_{r['index']:05d}"] = info["weight"] * r[split]["tokens"] / tokens
         if not info["train_tokens"]:
-            raise ValueError(f"prep_pretrain: source {s['name']} ({s['path']}) gave no documents "
+            raise StageError(f"prep_pretrain: source {s['name']} ({s['path']}) gave no documents "
                              f"(text_field {s['text_field']!r}, min_doc_chars {cfg['min_doc_chars']})")
         per_source[s["name"]] = info
         metrics[f"prep/tokens/{s['name']}"] = info["train_tokens"] + info["valid_tokens"]

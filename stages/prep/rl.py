@@ -28,6 +28,7 @@ from pathlib import Path
 
 from stages.schema import Bool, Float, Int, List, Map, Str, check
 from stages.prep.pretrain import NAME, source_problems
+from stages.contract import StageError
 
 SOURCE = Map({
     "name": Str(pattern=NAME), "path": Str(empty=False), "subset": Str(required=False, null=True),
@@ -190,7 +191,7 @@ def run(ctx) -> dict[str, Path]:
     mixed = _mix(clean, cfg["mix"], rng)
     valid, train = mixed[: cfg["valid_size"]], mixed[cfg["valid_size"]:]
     if not train:
-        raise ValueError(f"prep_rl: no training prompt left (pool {len(pool)}, dropped {dropped}, "
+        raise StageError(f"prep_rl: no training prompt left (pool {len(pool)}, dropped {dropped}, "
                          f"decontaminated {contaminated}, valid_size {cfg['valid_size']})")
     prompts, eval_dir = ctx.output_dir("prompts"), ctx.output_dir("eval")
     _jsonl(prompts / "train.jsonl", train)

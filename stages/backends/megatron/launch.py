@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from stages.backends.megatron.config import BridgeJob, bridge, translate
+from stages.contract import StageError
 
 HEADER = """\
 # Rendered by jobs (stages/backends/megatron/launch.py) for stage {stage}; runs in the nemo container.
@@ -265,7 +266,7 @@ def run_stage(ctx, stage: str) -> dict[str, Path]:
     try:
         import megatron.bridge  # noqa: F401
     except ImportError:
-        raise RuntimeError(f"{stage} with backend megatron runs in the pinned nemo container "
+        raise StageError(f"{stage} with backend megatron runs in the pinned nemo container "
                            "(megatron.bridge is not installed here)") from None
     gpus_per_node = int(os.environ.get("SLURM_GPUS_ON_NODE") or os.environ.get("SLURM_GPUS_PER_NODE") or 8)
     job, files = prepare(ctx, stage, gpus_per_node)
