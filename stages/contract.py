@@ -51,6 +51,16 @@ class Distributed:
 
 
 @dataclass
+class Resources:
+    """What the allocation gives this task, as the runtime read it from Slurm: the stage is handed
+    it rather than reading SLURM_* itself. 0 or None: not known (a local run, a test's own context)."""
+
+    cpus_per_task: int = 0
+    gpus_per_node: int = 0
+    job_id: str | None = None
+
+
+@dataclass
 class StageContext:
     run_id: str
     recipe: str
@@ -59,6 +69,7 @@ class StageContext:
     inputs: dict[str, Path]
     run_dir: Path
     dist: Distributed = field(default_factory=Distributed)
+    resources: Resources = field(default_factory=Resources)
     attempt: int = 1
     #: Set by the entry when Slurm warns of preemption or the time limit: checkpoint and return.
     should_stop: Callable[[], bool] = lambda: False

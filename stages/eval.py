@@ -168,9 +168,11 @@ def run(ctx) -> dict[str, Path]:
     # Generate: per prompt, n sampled responses (and one greedy) as token ids.
     with tracking.session(ctx):
         if cfg["backend"] == "hf":
-            sampled, greedy = _generate_hf(cfg, model_dir, tokenizer, ids, seed, lm.device_of(ctx.config))
+            sampled, greedy = _generate_hf(cfg, model_dir, tokenizer, ids, seed, lm.device_of(ctx.config),
+                                           ctx.resources.cpus_per_task)
         else:
-            sampled, greedy = _generate_vllm(cfg, model_dir, tokenizer, ids, seed, ctx.checkpoint_dir)
+            sampled, greedy = _generate_vllm(cfg, model_dir, tokenizer, ids, seed, ctx.checkpoint_dir,
+                                             ctx.resources.cpus_per_task)
         decode = lambda group: tokenizer.batch_decode(group, skip_special_tokens=True)  # noqa: E731
 
         # Score.
@@ -200,12 +202,13 @@ def run(ctx) -> dict[str, Path]:
     return {"report": out}
 
 
-def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, device: str = "cpu"):
+def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, device: str = "cpu",
+                 cpus: int = 0):
     """HF generate in this process, on `device` (the config's `device`; float32 on either)."""
     from stages.ml import lm
     from stages.ml.generate import generate_ids
 
-    lm.setup_torch(seed, device=device)
+    lm.setup_torch(seed, device=device, cpus=cpus)
     model = lm.load_model(model_dir).eval()
     if device != "cpu":
         model.to(device)
@@ -227,7 +230,8 @@ def engine_context(cfg: dict):
     return spawn
 
 
-def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, work: Path):
+def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, work: Path,
+                   cpus: int = 0):
     """data_parallel_size vLLM engines in child processes, each on its contiguous share of prompts."""
     v = cfg.get("vllm_cfg", {"tensor_parallel_size": 1, "data_parallel_size": 1})
     dp, tp = v["data_parallel_size"], v["tensor_parallel_size"]
@@ -242,7 +246,7 @@ def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], 
               "stop_token_ids": [tokenizer.eos_token_id]} if cfg["greedy"] else None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = visible.split(",") if visible else [str(i) for i in range(dp * tp)]
-    cpus = int(os.environ.get("SLURM_CPUS_PER_TASK") or 0) or os.cpu_count() or 1
+    cpus = cpus or os.cpu_count() or 1
     share, extra = divmod(len(ids), dp)
     spawn = engine_context(cfg)
     procs, outs, start = [], [], 0

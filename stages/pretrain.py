@@ -74,7 +74,7 @@ def run(ctx) -> dict[str, Path]:
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
     device = lm.device_of(ctx.config)
-    threads = lm.setup_torch(seed, ctx.dist, device)
+    threads = lm.setup_torch(seed, ctx.dist, device, ctx.resources.cpus_per_task)
 
     # Setup, in dependency order: tokenizer -> packed data -> model (its vocabulary is the tokenizer's).
     tokenizer = lm.load_tokenizer(ctx.input("tokenizer"))

@@ -165,7 +165,7 @@ def run(ctx) -> dict[str, Path]:
                  log_to_driver=False, configure_logging=False)
     try:
         actors = Actors(cfg, policy_dir, ctx.input("reward_model"), seed, steps, ctx.checkpoint_dir / "refit",
-                        device=lm.device_of(ctx.config), local=local)
+                        device=lm.device_of(ctx.config), local=local, cpus=ctx.resources.cpus_per_task)
         ckpt, identity = ctx.checkpoint_dir / "rl.pt", ctx.identity()
         start = actors.get(actors.trainer.load_checkpoint.remote(str(ckpt), identity)) if ckpt.exists() else 0
         if isinstance(start, str):  # another run's, config's or inputs', or nothing left to train
@@ -260,18 +260,20 @@ class Actors:
     the same `handle.method.remote(...)` / `get` calls."""
 
     def __init__(self, cfg: dict, policy_dir: Path, reward_model_dir: Path, seed: int, steps: int, refit_dir: Path,
-                 device: str = "cpu", local: bool = False):
+                 device: str = "cpu", local: bool = False, cpus: int = 0):
         from stages.ml.policy import PolicyTrainer
         from stages.ml.rewards import RewardWorker
         from stages.ml.rollout import RolloutWorker
         from stages.rm import load_reward_model, score
 
         cl, kind = cfg["cluster"], cfg["reward"]["kind"]
+        # The policy's torch threads; null: the allocation's CPUs per task (ctx.resources).
+        threads = cl["threads"] or cpus or None
         self.local = local
-        rollout = (cfg["generation"]["backend"], str(policy_dir), seed, cl["threads"], device)
+        rollout = (cfg["generation"]["backend"], str(policy_dir), seed, threads, device)
         reward = (kind, str(reward_model_dir) if kind == "reward_model" else None, cl["threads"],
                   cfg["reward"].get("answer_pattern"), load_reward_model, score)
-        trainer = (str(policy_dir), cfg, seed, steps, cl["threads"], device)
+        trainer = (str(policy_dir), cfg, seed, steps, threads, device)
         if local:
             self.workers = [InProcess(RolloutWorker(*rollout)) for _ in range(cl["rollout_workers"])]
             self.scorers = [InProcess(RewardWorker(*reward)) for _ in range(cl["reward_workers"])]

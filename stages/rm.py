@@ -238,7 +238,7 @@ def run(ctx) -> dict[str, Path]:
         raise StageError("rm: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
-    lm.setup_torch(seed, ctx.dist)
+    lm.setup_torch(seed, ctx.dist, cpus=ctx.resources.cpus_per_task)
 
     # Setup: SFT model + zero head; pairs split into train and a held-out tail.
     tokenizer = lm.load_tokenizer(ctx.input("model"))

@@ -83,7 +83,7 @@ def run(ctx) -> dict[str, Path]:
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
     device = lm.device_of(ctx.config)
-    threads = lm.setup_torch(seed, ctx.dist, device)
+    threads = lm.setup_torch(seed, ctx.dist, device, ctx.resources.cpus_per_task)
 
     # Setup: the model folder carries its tokenizer; pairs -> rows + answer masks.
     model = lm.load_model(ctx.input("model"))

@@ -406,7 +406,7 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
                            "(nemo_rl is not installed here)") from None
     if not ctx.dist.is_main:
         return {}  # the other nodes only host Ray workers
-    gpus = int(os.environ.get("SLURM_GPUS_ON_NODE") or os.environ.get("SLURM_GPUS_PER_NODE") or 8)
+    gpus = ctx.resources.gpus_per_node or 8
     where = dict(nodes=max(1, len(ctx.dist.nodes)), gpus_per_node=gpus, run_dir=ctx.run_dir,
                  wandb=ctx.config.get("tracking", {}).get("wandb", "offline"))
     if stage == "rm":

@@ -268,7 +268,7 @@ def run_stage(ctx, stage: str) -> dict[str, Path]:
     except ImportError:
         raise StageError(f"{stage} with backend megatron runs in the pinned nemo container "
                            "(megatron.bridge is not installed here)") from None
-    gpus_per_node = int(os.environ.get("SLURM_GPUS_ON_NODE") or os.environ.get("SLURM_GPUS_PER_NODE") or 8)
+    gpus_per_node = ctx.resources.gpus_per_node or 8
     job, files = prepare(ctx, stage, gpus_per_node)
     # Bridge logs by itself (LoggerConfig); the run record gets where, W&B stays offline unless asked.
     mode = (ctx.config.get("tracking", {}) or {}).get("wandb", "offline")
