@@ -1,5 +1,6 @@
 """The stage contract: what a stage module implements (`StageModule`) and what it is handed
-(`StageContext`: its resolved config, its inputs as local paths, where to write, how to log).
+(`StageContext`: its resolved config, its inputs as local paths, the allocation, where to write,
+how to log).
 
 Stages share this contract, not a base class. The launcher (jobs/) checks it at submit; the
 runtime (runtime/) calls `run(ctx)` inside the allocation; neither is imported from here.
