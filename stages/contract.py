@@ -85,6 +85,13 @@ class StageContext:
     _trackers: list[Any] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)
 
+    def section(self, name: str) -> dict[str, Any]:
+        """The config's `name:` section; StageError when the config lacks it or it is not a mapping."""
+        value = self.config.get(name)
+        if not isinstance(value, dict):
+            raise StageError(f"stage {self.stage}: the config has no {name}: section (a mapping)")
+        return value
+
     def input(self, role: str) -> Path:
         if role not in self.inputs:
             raise KeyError(f"stage {self.stage} has no input {role!r} (inputs: {', '.join(self.inputs)})")

@@ -73,7 +73,7 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
 
 
 def run(ctx) -> dict[str, Path]:
-    cfg = ctx.config["data"]
+    cfg = ctx.section("data")
     problems = check_config(ctx.config)
     if problems:
         raise StageError("data: " + "; ".join(problems))

@@ -150,7 +150,7 @@ def score(verifier: str, response: str, answer: str) -> bool:
 def run(ctx) -> dict[str, Path]:
     from stages.ml import lm, tracking
 
-    cfg = ctx.config["eval"]
+    cfg = ctx.section("eval")
     problems = check_config(ctx.config)
     if problems:
         raise StageError("eval: " + "; ".join(problems))

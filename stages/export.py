@@ -102,7 +102,7 @@ def run(ctx) -> dict[str, Path]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    cfg = ctx.config["export"]
+    cfg = ctx.section("export")
     problems = check_config(ctx.config)
     if problems:
         raise StageError("export: " + "; ".join(problems))

@@ -57,11 +57,14 @@ def preview(config: dict, resources: dict) -> str | None:
 
 
 def run(ctx) -> dict[str, Path]:
-    cfg = ctx.config["pretrain"]
+    cfg = ctx.section("pretrain")
     if cfg.get("backend", "torch") == "megatron":
         from stages.backends.megatron import launch
 
         return launch.run_stage(ctx, "pretrain")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("pretrain: " + "; ".join(problems))
 
     # Fail fast: every problem with the config in one message, before any work.
     problems = lm.arch_problems(cfg.get("model", {}))

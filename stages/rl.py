@@ -130,7 +130,7 @@ def shards(items: list, k: int) -> list[list]:
 
 
 def run(ctx) -> dict[str, Path]:
-    cfg = ctx.config["rl"]
+    cfg = ctx.section("rl")
     if cfg.get("backend", "torch") == "nemo_rl":
         from stages.backends import nemo_rl
 

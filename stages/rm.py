@@ -223,11 +223,14 @@ def run(ctx) -> dict[str, Path]:
     from safetensors.torch import save_file
     import torch
 
-    cfg = ctx.config["rm"]
+    cfg = ctx.section("rm")
     if cfg.get("backend", "torch") == "nemo_rl":
         from stages.backends import nemo_rl
 
         return nemo_rl.run_stage(ctx, "rm")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("rm: " + "; ".join(problems))
     # Fail fast.
     problems = []
     if not 0 < cfg["held_out"] < 1:

@@ -66,11 +66,14 @@ def preview(config: dict, resources: dict) -> str | None:
 
 
 def run(ctx) -> dict[str, Path]:
-    cfg = ctx.config["sft"]
+    cfg = ctx.section("sft")
     if cfg.get("backend", "torch") == "megatron":
         from stages.backends.megatron import launch
 
         return launch.run_stage(ctx, "sft")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("sft: " + "; ".join(problems))
 
     # Fail fast.
     problems = []

@@ -88,7 +88,10 @@ def run(ctx) -> dict[str, Path]:
 
     from stages.ml.indexed import dtype_for
 
-    cfg = ctx.config["prep_pretrain"]
+    cfg = ctx.section("prep_pretrain")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("prep_pretrain: " + "; ".join(problems))
     tok_cfg = cfg["tokenizer"]
     tok_dir, out = ctx.output_dir("tokenizer"), ctx.output_dir("blend")
     tokenizer = AutoTokenizer.from_pretrained(tok_cfg["model"], revision=tok_cfg["revision"])

@@ -162,7 +162,10 @@ def preview(config: dict, resources: dict) -> str:
 def run(ctx) -> dict[str, Path]:
     from stages.prep import sources as src
 
-    cfg = ctx.config["prep_rl"]
+    cfg = ctx.section("prep_rl")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("prep_rl: " + "; ".join(problems))
     rng = random.Random(cfg["seed"])
     dropped = {"placeholder": 0, "unresolved": 0, "unmapped_env": 0, "no_answer": 0, "not_in_mix": 0}
     pool = collect(cfg, dropped)

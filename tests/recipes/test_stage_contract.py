@@ -166,3 +166,22 @@ def test_stages_refuse_with_stage_error_not_a_bare_exception():
     assert not found, f"stages refuse with stages.contract.StageError (one line), not: {found}"
     assert bare_raises("def run(ctx):\n    if ctx:\n        raise ValueError('x')\n") == ["<stage>:3 raise ValueError"]
     assert bare_raises("raise StageError('x')\n") == []
+
+
+@pytest.mark.parametrize("name,stage", CASES)
+def test_run_given_a_broken_config_refuses_with_stage_error_before_any_work(name, stage, tmp_path, monkeypatch):
+    """A context built without submit's check (a test's, a hand-edited record's): run(ctx) refuses
+    it in one line, as submit would, and writes no output."""
+    from stages.contract import StageContext, StageError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # a stage that got past its check would reach for the network
+    spec, config = composed(name, stage)
+    module = importlib.import_module(spec.module)
+    for what, bad in broken_copies(stage, config):
+        run_dir = tmp_path / what
+        ctx = StageContext(run_id="r", recipe=name, stage=stage, config=bad, run_dir=run_dir,
+                           inputs={i.role: tmp_path / "absent" / i.role for i in spec.inputs})
+        with pytest.raises(StageError) as e:
+            module.run(ctx)
+        assert "\n" not in str(e.value) and stage in str(e.value), (what, str(e.value))
+        assert not (run_dir / "outputs").exists(), what
