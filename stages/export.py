@@ -99,13 +99,13 @@ def _lineage(ctx) -> str:
 
 
 def run(ctx) -> dict[str, Path]:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
     cfg = ctx.section("export")
     problems = check_config(ctx.config)
     if problems:
         raise StageError("export: " + "; ".join(problems))
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
     src, out = ctx.input("model"), ctx.output_dir("hf")
     trust = bool((ctx.config.get("base_model") or {}).get("trust_remote_code", False))
 

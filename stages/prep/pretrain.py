@@ -83,15 +83,15 @@ def preview(config: dict, resources: dict) -> str:
 
 
 def run(ctx) -> dict[str, Path]:
+    cfg = ctx.section("prep_pretrain")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("prep_pretrain: " + "; ".join(problems))
     import ray
     from transformers import AutoTokenizer
 
     from stages.ml.indexed import dtype_for
 
-    cfg = ctx.section("prep_pretrain")
-    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
-    if problems:
-        raise StageError("prep_pretrain: " + "; ".join(problems))
     tok_cfg = cfg["tokenizer"]
     tok_dir, out = ctx.output_dir("tokenizer"), ctx.output_dir("blend")
     tokenizer = AutoTokenizer.from_pretrained(tok_cfg["model"], revision=tok_cfg["revision"])

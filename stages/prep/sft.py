@@ -72,12 +72,12 @@ def preview(config: dict, resources: dict) -> str:
 
 
 def run(ctx) -> dict[str, Path]:
-    from transformers import AutoTokenizer
-
     cfg = ctx.section("prep_sft")
     problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
     if problems:
         raise StageError("prep_sft: " + "; ".join(problems))
+    from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(ctx.input("tokenizer"))
     if cfg["chat_template"] != "tokenizer":
         tok.chat_template = Path(cfg["chat_template"]).read_text()
