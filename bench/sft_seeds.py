@@ -31,11 +31,12 @@ import json, sys
 from pathlib import Path
 from jobs import recipes
 from lineage import Store
-from stages import lm, sft
-from stages.contract import StageContext
-from stages.generate import complete
+from stages import sft
+from stages.ml import lm
+from stages.contract import Resources, StageContext
+from stages.ml.generate import complete
 
-store, seed, run_dir = Store(Path(sys.argv[1])), int(sys.argv[2]), Path(sys.argv[3])
+store, seed, run_dir, threads = Store(Path(sys.argv[1])), int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
 def newest(stage):
     return store.run(store.index().runs(stage=stage)[0]["id"])
 def path(art):
@@ -44,6 +45,7 @@ data, pre = newest("data"), newest("pretrain")
 config = recipes.compose(recipes.load("tiny"), "sft", [f"seed={seed}", "tracking.wandb=disabled", "tracking.tensorboard=false"])
 run_dir.mkdir(parents=True)
 ctx = StageContext(run_id=f"sft-seed-{seed}", recipe="tiny", stage="sft", config=config, run_dir=run_dir,
+                   resources=Resources(cpus_per_task=threads),  # lm.setup_torch's thread count
                    inputs={"model": path(pre.outputs["model"]), "data": path(data.outputs["sft"])})
 out = sft.run(ctx)["model"]
 rows = [json.loads(x) for x in (path(data.outputs["eval"]) / "test.jsonl").read_text().splitlines()]
@@ -76,14 +78,13 @@ def main() -> None:
         sys.exit(f"jobs submit failed:\n{r.stdout}{r.stderr}")
 
     load_before, t0 = os.getloadavg(), time.time()
-    env = {**os.environ, "SLURM_CPUS_PER_TASK": str(args.threads)}   # lm.setup_torch's thread count
     results, pending = {}, list(args.seeds)
     running: dict[int, tuple[subprocess.Popen, float]] = {}
     while pending or running:
         while pending and len(running) < args.parallel:
             seed = pending.pop(0)
-            running[seed] = (subprocess.Popen([sys.executable, "-c", ONE_SEED, str(store), str(seed), str(work / f"sft-{seed}")],
-                                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True),
+            running[seed] = (subprocess.Popen([sys.executable, "-c", ONE_SEED, str(store), str(seed), str(work / f"sft-{seed}"), str(args.threads)],
+                                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True),
                              time.time())
         time.sleep(1)
         for seed, (p, started) in list(running.items()):

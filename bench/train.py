@@ -36,13 +36,13 @@ def loop_seconds(run_dir: Path, stage: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (SLURM_CPUS_PER_TASK)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (the context's cpus_per_task)")
     args = ap.parse_args()
-    os.environ["SLURM_CPUS_PER_TASK"] = str(args.threads)
     from jobs import recipes
-    from stages.contract import StageContext
+    from stages.contract import Resources, StageContext
     from lineage import Store
-    from stages import batches, lm, pretrain, sft
+    from stages import pretrain, sft
+    from stages.ml import batches, lm
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,7 +59,7 @@ def main() -> None:
             cfg = recipes.compose(recipes.load("tiny"), stage, off)
             (Path(tmp) / stage).mkdir()
             return StageContext(run_id=f"bench-{stage}", recipe="tiny", stage=stage, config=cfg, inputs=inputs,
-                                run_dir=Path(tmp) / stage)
+                                run_dir=Path(tmp) / stage, resources=Resources(cpus_per_task=args.threads))
 
         # pretrain: every step computes on batch_size blocks of max_len tokens
         c = ctx("pretrain", {"corpus": data["corpus"], "tokenizer": data["tokenizer"]})

@@ -4,7 +4,7 @@ the nemo:25.11.nemotron_3_nano image carries) from a checkout, with the megatron
 
 CI cannot: nano-v3 is a branch, not a PyPI release (PyPI's newest for Python 3.11 is Bridge 0.3.1,
 which tests/stages/test_bridge_real.py runs). This script is run by hand, on a machine that has the
-branch (its `src/` folder is enough), and what it prints is recorded in stages/megatron/README.md:
+branch (its `src/` folder is enough), and what it prints is recorded in stages/backends/megatron/README.md:
 
     git -C MEGATRON_BRIDGE_CLONE archive 1cedb0a9c src | tar -x -C /tmp/bridge-nano-v3
     PYTHONPATH=. .venv/bin/python dev/bridge_nano_v3.py /tmp/bridge-nano-v3

@@ -1,9 +1,9 @@
-"""Write stages/nemo_rl_parents.yaml: the fields of NeMo RL's parent configs that nano3's rendered
-configs inherit through `defaults:` and that the construction checks (stages/nemo_rl_checks.py) or
+"""Write stages/backends/nemo_rl_parents.yaml: the fields of NeMo RL's parent configs that nano3's rendered
+configs inherit through `defaults:` and that the construction checks (stages/backends/nemo_rl_checks.py) or
 the drivers read, each with its value and the line it came from, read at a pinned ref of a NeMo RL
 checkout. Run by hand (CI has no GitHub):
 
-    python dev/nemo_rl_parents.py /path/to/NeMo-RL-checkout nano-v3 > stages/nemo_rl_parents.yaml
+    python dev/nemo_rl_parents.py /path/to/NeMo-RL-checkout nano-v3 > stages/backends/nemo_rl_parents.yaml
 
 Only the fields under KEEP are written; a parent's own `defaults:` is kept as its `defaults`.
 """

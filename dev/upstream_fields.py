@@ -1,4 +1,4 @@
-"""Write stages/megatron/upstream_fields.yaml: the config fields each supported Megatron-Bridge and
+"""Write stages/backends/megatron/upstream_fields.yaml: the config fields each supported Megatron-Bridge and
 NeMo RL version accepts, read from their sources at a named commit (no import, no GPU).
 
 Run once per new version, commit the script and its output together:

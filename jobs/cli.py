@@ -23,16 +23,42 @@ def open_store(args: argparse.Namespace):
     return Store.open(store_root(args.store))
 
 
-def call(target: str, *names: str):
-    """A command that only hands its arguments to `module:function` (the store opened first, when
-    the function takes it): imported when the command runs, so `jobs --help` stays fast."""
-    def run(args: argparse.Namespace) -> int:
-        import importlib
+# Commands that only hand their arguments to the module that does the work, imported when the
+# command runs (`jobs --help` stays fast).
 
-        module, _, func = target.partition(":")
-        values = [open_store(args) if n == "store" else getattr(args, n) for n in names]
-        return getattr(importlib.import_module(module), func)(*values)
-    return run
+def cmd_index(args: argparse.Namespace) -> int:
+    from jobs import maintenance
+    return maintenance.index(open_store(args), args.rebuild)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from jobs import reproduce
+    return reproduce.command(open_store(args), args.run, args.allow_env_drift, args.no_wait, args.compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from jobs import compare
+    return compare.command(open_store(args), args.runs, args.stage, args.metric, args.limit, args.json)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from jobs import maintenance
+    return maintenance.verify(open_store(args), args.id, args.all)
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    from jobs import maintenance
+    return maintenance.pin(open_store(args), args.run, args.unpin)
+
+
+def cmd_containers(args: argparse.Namespace) -> int:
+    from jobs import containers
+    return containers.command(args.action, args.name, args.digest, args.dir, args.srun, args.dry_run, args.runtime, args.image)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from jobs import export
+    return export.command(open_store(args), args.id, args.dvc, args.name, args.openlineage, args.out)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -195,9 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json)
     command("lineage", cmd_lineage, "an artifact's ancestry and descendants",
             a("id"), a("--format", choices=["text", "mermaid", "dot", "json"], default="text"), as_json)
-    command("index", call("jobs.maintenance:index", "store", "rebuild"), "bring the SQLite index up to date with the records",
+    command("index", cmd_index, "bring the SQLite index up to date with the records",
             a("--rebuild", **flag, help="drop it and read every record again"))
-    command("reproduce", call("jobs.reproduce:command", "store", "run", "allow_env_drift", "no_wait", "compare"),
+    command("reproduce", cmd_reproduce,
             "re-run a record exactly (code, config, inputs, image) where it ran, and compare outputs",
             a("run"), a("--allow-env-drift", **flag,
                         help="run even if the image pin or installed packages differ from the record (recorded as drift)"),
@@ -205,21 +231,21 @@ def build_parser() -> argparse.ArgumentParser:
             a("--compare", **flag, help="RUN is an ended reproduction (from --no-wait): compare it with its original"))
     command("diff", cmd_diff, "how two runs differ: config, code, environment, image, inputs, outputs, metrics (exit 1 when they do)",
             a("a"), a("b"))
-    command("compare", call("jobs.compare:command", "store", "runs", "stage", "metric", "limit", "json"),
+    command("compare", cmd_compare,
             "a table of runs: the config keys that differ between them, and their metrics",
             a("runs", nargs="+", metavar="RUN|RECIPE", help="two or more run IDs (or prefixes), or a recipe: its newest runs"),
             a("--stage", help="with a RECIPE: only this stage's runs"),
             a("--metric", action="append", help="only these metrics (repeat the flag); default: every metric but timings"),
             a("--limit", type=int, default=20, help="with a RECIPE: its newest N runs (default 20)"), as_json)
-    command("verify", call("jobs.maintenance:verify", "store", "id", "all"), "re-hash artifacts and report corruption", a("id", nargs="?"), a("--all", **flag))
+    command("verify", cmd_verify, "re-hash artifacts and report corruption", a("id", nargs="?"), a("--all", **flag))
     command("gc", cmd_gc, "delete artifacts nothing keeps (dry run unless --yes)",
             a("--older-than", type=float, default=7.0, metavar="DAYS", help="retention (default 7 days)"),
             a("--yes", **flag, help="really delete"),
             a("--keep-top-k", type=int, metavar="K", help="prune training snapshots instead: keep the best K per run"),
             a("--metric", help="with --keep-top-k: the metric that ranks snapshots (lower is better)"),
             a("--higher-is-better", **flag, help="with --keep-top-k: rank by the highest metric"))
-    command("pin", call("jobs.maintenance:pin", "store", "run", "unpin"), "keep a run's outputs from gc (--unpin to release)", a("run"), a("--unpin", **flag))
-    command("containers", call("jobs.containers:command", "action", "name", "digest", "dir", "srun", "dry_run", "runtime", "image"),
+    command("pin", cmd_pin, "keep a run's outputs from gc (--unpin to release)", a("run"), a("--unpin", **flag))
+    command("containers", cmd_containers,
             "images in containers.lock: list, pin a digest, import to squashfs",
             a("action", choices=["list", "pin", "import"]), a("name", nargs="?"),
             a("--digest", help="with pin: the sha256:… digest to record"),
@@ -229,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
             a("--dir", help="with import: where squashfs images live (default ~/.cache/jobs/enroot or ~/.cache/jobs/charliecloud)"),
             a("--srun", **flag, help="with import --runtime pyxis: run enroot on a compute node through srun"),
             a("--dry-run", **flag, help="with import --runtime pyxis: print the commands only"))
-    command("export", call("jobs.export:command", "store", "id", "dvc", "name", "openlineage", "out"), "an artifact into a DVC repo, or a run as OpenLineage events",
+    command("export", cmd_export, "an artifact into a DVC repo, or a run as OpenLineage events",
             a("id", help="ART (with --dvc) or RUN (with --openlineage)"),
             a("--dvc", metavar="DIR", help="a DVC repository to put the artifact in"),
             a("--name", help="with --dvc: the folder name in the repo"),

@@ -157,10 +157,10 @@ def _read_text(path: Path, limit: int = 1 << 20) -> str:
 
 
 def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
-    """{step, total, loss, eta_s} of a running stage: its progress.json (stages.tracking.Progress),
+    """{step, total, loss, eta_s} of a running stage: its progress.json (stages.ml.tracking.Progress),
     else the last line of metrics.jsonl with a loss. The ETA counts down from when it was written,
     and only the attempt that wrote it has one."""
-    from stages.tracking import PROGRESS_FILE
+    from stages.ml.tracking import PROGRESS_FILE
 
     try:
         p = json.loads(_read_text(run_dir / PROGRESS_FILE))
@@ -220,7 +220,7 @@ def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row
 
 def format_rows(table: list[Row]) -> list[str]:
     """The table `jobs status` prints, header first."""
-    from stages.tracking import duration
+    from stages.ml.tracking import duration
 
     lines = [f"{'RUN':<36}  {'STAGE':<9} {'STATE':<10} {'SLURM':<22} {'PROGRESS':<34} WHY"]
     for r in table:

@@ -26,7 +26,7 @@ from lineage.states import RunState
 from runtime.attempts import BATCH_START_ENV, STOP_GRACE_S
 from runtime.errors import CorruptInput, JobFailed, UpstreamFailed
 from runtime.image import NODE_ADDRS_ENV, check_image, ran_in
-from stages.contract import Distributed, Requeue, StageContext
+from stages.contract import Distributed, Requeue, Resources, StageContext
 
 
 
@@ -90,6 +90,20 @@ def distributed() -> Distributed:
     return Distributed(rank=env.global_rank, world_size=env.num_tasks, local_rank=env.local_rank,
                        master_addr=_address_of(nodes[0]), master_port=20000 + int(env.job_id.split("_")[0]) % 20000,
                        nodes=nodes)
+
+
+def allocation() -> Resources:
+    """What Slurm gave this task, read here once: stages see it as `ctx.resources`, never SLURM_*."""
+    def count(*names: str) -> int:
+        for name in names:
+            value = os.environ.get(name, "").rsplit(":", 1)[-1]   # SLURM_GPUS_PER_NODE may say type:count
+            if value.isdigit():
+                return int(value)
+        return 0
+
+    return Resources(cpus_per_task=count("SLURM_CPUS_PER_TASK"),
+                     gpus_per_node=count("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"),
+                     job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"))
 
 
 def _address_of(node: str) -> str:
@@ -171,7 +185,7 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
     """Run one recorded stage to the end; returns its outputs as {name: artifact ID} on rank 0."""
     store = Store(Path(store_root))
     spec = store.run_spec(run_id)
-    dist = distributed()
+    dist, resources = distributed(), allocation()
     view = store.run(run_id)
     if view.state in (RunState.SUCCEEDED, RunState.CANCELLED):
         return view.outputs  # a requeue after the end: nothing left to do
@@ -195,13 +209,13 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
 
         close_interrupted(store, view, attempt)  # an earlier attempt that died without a word
         store.add_event(run_id, "attempt", attempt=attempt, **process_identity(), **_batch_start(),
-                        job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
+                        job_id=resources.job_id,
                         nodes=dist.nodes or [socket.gethostname()], start=time.time(), **ran_in())
         store.add_event(run_id, "status", state=RunState.RUNNING)
     ctx = StageContext(
         run_id=run_id, recipe=spec["recipe"], stage=spec["stage"], config=spec["config"],
         inputs={role: Path(store.artifact(art)["path"]) for role, art in inputs.items()},
-        run_dir=store.run_dir(run_id), dist=dist, attempt=attempt, should_stop=should_stop,
+        run_dir=store.run_dir(run_id), dist=dist, resources=resources, attempt=attempt, should_stop=should_stop,
         input_ids=dict(inputs),  # checkpoints carry them; resume refuses another run's
         recorded_config=spec["config"],
     )

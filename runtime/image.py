@@ -28,7 +28,7 @@ MODULES = {
 }
 #: Stages that train with the torch backend unless their section names another.
 TRAINERS = ("stages.pretrain", "stages.sft", "stages.rm", "stages.rl", "stages.eval", "stages.export")
-#: Stages that attach the trackers of `tracking:` (stages/tracking.py session).
+#: Stages that attach the trackers of `tracking:` (stages/ml/tracking.py session).
 TRACKED = ("stages.pretrain", "stages.sft", "stages.rm", "stages.rl", "stages.eval")
 
 

@@ -1,5 +1,6 @@
 """The stage contract: what a stage module implements (`StageModule`) and what it is handed
-(`StageContext`: its resolved config, its inputs as local paths, where to write, how to log).
+(`StageContext`: its resolved config, its inputs as local paths, the allocation, where to write,
+how to log).
 
 Stages share this contract, not a base class. The launcher (jobs/) checks it at submit; the
 runtime (runtime/) calls `run(ctx)` inside the allocation; neither is imported from here.
@@ -51,6 +52,16 @@ class Distributed:
 
 
 @dataclass
+class Resources:
+    """What the allocation gives this task, as the runtime read it from Slurm: the stage is handed
+    it rather than reading SLURM_* itself. 0 or None: not known (a local run, a test's own context)."""
+
+    cpus_per_task: int = 0
+    gpus_per_node: int = 0
+    job_id: str | None = None
+
+
+@dataclass
 class StageContext:
     run_id: str
     recipe: str
@@ -59,6 +70,7 @@ class StageContext:
     inputs: dict[str, Path]
     run_dir: Path
     dist: Distributed = field(default_factory=Distributed)
+    resources: Resources = field(default_factory=Resources)
     attempt: int = 1
     #: Set by the entry when Slurm warns of preemption or the time limit: checkpoint and return.
     should_stop: Callable[[], bool] = lambda: False
@@ -72,6 +84,13 @@ class StageContext:
     _metrics: dict[str, Any] = field(default_factory=dict)
     _trackers: list[Any] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)
+
+    def section(self, name: str) -> dict[str, Any]:
+        """The config's `name:` section; StageError when the config lacks it or it is not a mapping."""
+        value = self.config.get(name)
+        if not isinstance(value, dict):
+            raise StageError(f"stage {self.stage}: the config has no {name}: section (a mapping)")
+        return value
 
     def input(self, role: str) -> Path:
         if role not in self.inputs:

@@ -23,6 +23,7 @@ import random
 from pathlib import Path
 
 from stages.schema import Float, Int, Map, Str, check
+from stages.contract import StageError
 
 ALPHABET = "0123456789+= \n"
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
@@ -72,10 +73,10 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
 
 
 def run(ctx) -> dict[str, Path]:
-    cfg = ctx.config["data"]
+    cfg = ctx.section("data")
     problems = check_config(ctx.config)
     if problems:
-        raise ValueError("data: " + "; ".join(problems))
+        raise StageError("data: " + "; ".join(problems))
     rng = random.Random(cfg["seed"])
     slips = random.Random(f"{cfg['seed']}/sft-slips")  # its own stream: the other splits do not depend on it
     top = cfg["max_operand"]

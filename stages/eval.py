@@ -12,7 +12,7 @@ Prompts go through the tokenizer's chat template when it has one (`chat_template
 template, e.g. nano3's enable_thinking), else they are encoded as <bos> + prompt, as tiny trained.
 Both backends take the same token ids and decode with the same tokenizer. `verifier: exact` scores
 the stripped completion against the answer; `math` extracts the final answer (last \\boxed{}, else
-the last number) and compares it normalised (stages/rewards.py: math_verify).
+the last number) and compares it normalised (stages/ml/rewards.py: math_verify).
 
 vllm runs data_parallel_size engines, each in its own process with tensor_parallel_size GPUs
 (vLLM's LLM() refuses data parallelism in one process); every prompt gets its own sampling seed
@@ -31,6 +31,7 @@ from math import comb
 from pathlib import Path
 
 from stages.schema import Bool, Float, Int, List, Map, Str, check
+from stages.contract import StageError
 
 BACKENDS = ("hf", "vllm")
 VERIFIERS = ("exact", "math")
@@ -73,7 +74,7 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     if max(cfg["ks"]) > cfg["n_samples"]:
         problems.append(f"eval.ks {list(cfg['ks'])} needs eval.n_samples >= {max(cfg['ks'])}")
     if cfg["backend"] == "hf":
-        from stages.lm import device_problems
+        from stages.ml.lm import device_problems
 
         problems += [f"eval.{key} applies only to eval.backend=vllm (remove it, or set the backend)"
                      for key in ("vllm_cfg", "vllm_kwargs", "vllm_python") if cfg.get(key) is not None]
@@ -127,11 +128,11 @@ def prompt_ids(tokenizer, prompts: list[str], chat_template_kwargs: dict | None 
     """Token ids per prompt: the chat template's rendering of one user turn when the tokenizer has a
     template (its own special tokens included), else <bos> + the prompt (and kwargs are refused:
     they would be ignored)."""
-    from stages import lm
+    from stages.ml import lm
 
     if not getattr(tokenizer, "chat_template", None):
         if chat_template_kwargs:
-            raise ValueError(f"eval.chat_template_kwargs {sorted(chat_template_kwargs)} given, but the model's "
+            raise StageError(f"eval.chat_template_kwargs {sorted(chat_template_kwargs)} given, but the model's "
                              "tokenizer has no chat template to pass them to")
         return lm.encode(tokenizer, prompts, bos=True)
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
@@ -141,18 +142,18 @@ def prompt_ids(tokenizer, prompts: list[str], chat_template_kwargs: dict | None 
 
 
 def score(verifier: str, response: str, answer: str) -> bool:
-    from stages.rewards import math_verify, verify
+    from stages.ml.rewards import math_verify, verify
 
     return bool((math_verify if verifier == "math" else verify)(response, str(answer)))
 
 
 def run(ctx) -> dict[str, Path]:
-    from stages import lm, tracking
+    from stages.ml import lm, tracking
 
-    cfg = ctx.config["eval"]
+    cfg = ctx.section("eval")
     problems = check_config(ctx.config)
     if problems:
-        raise ValueError("eval: " + "; ".join(problems))
+        raise StageError("eval: " + "; ".join(problems))
     seed = cfg.get("seed", ctx.config["seed"])
     n = cfg["n_samples"]
 
@@ -167,9 +168,11 @@ def run(ctx) -> dict[str, Path]:
     # Generate: per prompt, n sampled responses (and one greedy) as token ids.
     with tracking.session(ctx):
         if cfg["backend"] == "hf":
-            sampled, greedy = _generate_hf(cfg, model_dir, tokenizer, ids, seed, lm.device_of(ctx.config))
+            sampled, greedy = _generate_hf(cfg, model_dir, tokenizer, ids, seed, lm.device_of(ctx.config),
+                                           ctx.resources.cpus_per_task)
         else:
-            sampled, greedy = _generate_vllm(cfg, model_dir, tokenizer, ids, seed, ctx.checkpoint_dir)
+            sampled, greedy = _generate_vllm(cfg, model_dir, tokenizer, ids, seed, ctx.checkpoint_dir,
+                                             ctx.resources.cpus_per_task)
         decode = lambda group: tokenizer.batch_decode(group, skip_special_tokens=True)  # noqa: E731
 
         # Score.
@@ -199,12 +202,13 @@ def run(ctx) -> dict[str, Path]:
     return {"report": out}
 
 
-def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, device: str = "cpu"):
+def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, device: str = "cpu",
+                 cpus: int = 0):
     """HF generate in this process, on `device` (the config's `device`; float32 on either)."""
-    from stages import lm
-    from stages.generate import generate_ids
+    from stages.ml import lm
+    from stages.ml.generate import generate_ids
 
-    lm.setup_torch(seed, device=device)
+    lm.setup_torch(seed, device=device, cpus=cpus)
     model = lm.load_model(model_dir).eval()
     if device != "cpu":
         model.to(device)
@@ -226,7 +230,8 @@ def engine_context(cfg: dict):
     return spawn
 
 
-def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, work: Path):
+def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, work: Path,
+                   cpus: int = 0):
     """data_parallel_size vLLM engines in child processes, each on its contiguous share of prompts."""
     v = cfg.get("vllm_cfg", {"tensor_parallel_size": 1, "data_parallel_size": 1})
     dp, tp = v["data_parallel_size"], v["tensor_parallel_size"]
@@ -241,7 +246,7 @@ def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], 
               "stop_token_ids": [tokenizer.eos_token_id]} if cfg["greedy"] else None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = visible.split(",") if visible else [str(i) for i in range(dp * tp)]
-    cpus = int(os.environ.get("SLURM_CPUS_PER_TASK") or 0) or os.cpu_count() or 1
+    cpus = cpus or os.cpu_count() or 1
     share, extra = divmod(len(ids), dp)
     spawn = engine_context(cfg)
     procs, outs, start = [], [], 0
@@ -261,7 +266,7 @@ def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], 
         p.join()
     failed = [f"engine {i} exit code {p.exitcode}" for i, p in enumerate(procs) if p.exitcode != 0]
     if failed:
-        raise RuntimeError(f"eval: vLLM failed ({', '.join(failed)}); its error is in this run's log above")
+        raise StageError(f"eval: vLLM failed ({', '.join(failed)}); its error is in this run's log above")
     parts = [json.loads(o.read_text()) for o in outs]
     return ([g for p in parts for g in p["sampled"]],
             [g for p in parts for g in p["greedy"]] if greedy else None)
@@ -279,7 +284,7 @@ def _engine_process(job: dict) -> None:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from stages.vllm_engine import KV_CACHE_BYTES
+    from stages.backends.vllm_engine import KV_CACHE_BYTES
 
     engine = {k: v for k, v in job["engine"].items() if v is not None}
     if cpu:

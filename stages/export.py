@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from stages.schema import Bool, Float, Int, Map, Str, check
+from stages.contract import StageError
 
 DTYPES = ("float32", "bfloat16", "float16")
 # Files of a model folder that export writes itself; every other file (tokenizer, chat template,
@@ -98,13 +99,13 @@ def _lineage(ctx) -> str:
 
 
 def run(ctx) -> dict[str, Path]:
+    cfg = ctx.section("export")
+    problems = check_config(ctx.config)
+    if problems:
+        raise StageError("export: " + "; ".join(problems))
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    cfg = ctx.config["export"]
-    problems = check_config(ctx.config)
-    if problems:
-        raise ValueError("export: " + "; ".join(problems))
     src, out = ctx.input("model"), ctx.output_dir("hf")
     trust = bool((ctx.config.get("base_model") or {}).get("trust_remote_code", False))
 
@@ -140,7 +141,7 @@ def run(ctx) -> dict[str, Path]:
     if cfg["verify_load"]:
         mismatches = verify_load(out, expected, tokenizer(PROBE, add_special_tokens=True)["input_ids"], trust)
         if mismatches:
-            raise RuntimeError(f"export: the folder does not load as written: {'; '.join(mismatches[:5])}"
+            raise StageError(f"export: the folder does not load as written: {'; '.join(mismatches[:5])}"
                                + (f" (and {len(mismatches) - 5} more)" if len(mismatches) > 5 else ""))
     files = [f for f in out.iterdir() if f.name.endswith(".safetensors")]
     ctx.log({"export/tensors": len(expected), "export/shards": len(files),

@@ -1,14 +1,14 @@
 """Pretrain: a causal LM on the corpus, from a Llama-style model built from config (no download).
 
 Inputs:  corpus    (corpus: train.txt, one document per line; or nano3's pretrain-blend, Megatron
-                    shards + blend.json, read by stages/formats.py)
+                    shards + blend.json, read by stages/ml/formats.py)
          tokenizer (tokenizer: an HF tokenizer folder)
 Outputs: model     (model: HF folder with config.json, model.safetensors, generation_config.json
                     and the tokenizer files, so downstream stages need this one input)
 Launch:  jobs submit tiny --stage pretrain [pretrain.steps=300] [device=cuda]
          (inside the job: stages.pretrain.run(ctx); several ranks with ctx.dist -> DDP over gloo/nccl)
 Backend: `pretrain.backend: torch` trains here on CPU; `megatron` (nano3) hands the stage to
-         Megatron-Bridge in the GPU container (stages/megatron/).
+         Megatron-Bridge in the GPU container (stages/backends/megatron/).
 
 Sequence packing: the documents (<bos> line <eos>) are shuffled once with the seed, concatenated and
 cut into blocks of `model.max_len` tokens, so no step computes on padding. A batch is a set of
@@ -20,9 +20,10 @@ import random
 from pathlib import Path
 
 from stages.schema import Float, Int, Map, Str, check
-from stages import batches, formats, lm, tracking
-from stages.loop import Schedule, train
-from stages.losses import causal_lm_loss
+from stages.ml import batches, formats, lm, tracking
+from stages.ml.loop import Schedule, train
+from stages.ml.losses import causal_lm_loss
+from stages.contract import StageError
 
 
 def pack(rows: list[list[int]], block: int, seed: int) -> list[list[int]]:
@@ -43,24 +44,27 @@ TORCH = Map({
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `pretrain:` section, before submit (either backend)."""
-    from stages.megatron import launch
+    from stages.backends.megatron import launch
 
     return launch.check_stage(config, "pretrain", resources, lambda cfg: (check(cfg, TORCH, "pretrain") or lm.arch_problems(cfg["model"]))
                               + lm.device_problems(config, resources))
 
 
 def preview(config: dict, resources: dict) -> str | None:
-    from stages.megatron import launch
+    from stages.backends.megatron import launch
 
     return launch.preview_stage(config, "pretrain", resources)
 
 
 def run(ctx) -> dict[str, Path]:
-    cfg = ctx.config["pretrain"]
+    cfg = ctx.section("pretrain")
     if cfg.get("backend", "torch") == "megatron":
-        from stages.megatron import launch
+        from stages.backends.megatron import launch
 
         return launch.run_stage(ctx, "pretrain")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("pretrain: " + "; ".join(problems))
 
     # Fail fast: every problem with the config in one message, before any work.
     problems = lm.arch_problems(cfg.get("model", {}))
@@ -69,17 +73,17 @@ def run(ctx) -> dict[str, Path]:
     if cfg.get("batch_size", 0) % ctx.dist.world_size:
         problems.append(f"pretrain.batch_size {cfg.get('batch_size')} does not split over {ctx.dist.world_size} ranks")
     if problems:
-        raise ValueError("pretrain: " + "; ".join(problems))
+        raise StageError("pretrain: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
     device = lm.device_of(ctx.config)
-    threads = lm.setup_torch(seed, ctx.dist, device)
+    threads = lm.setup_torch(seed, ctx.dist, device, ctx.resources.cpus_per_task)
 
     # Setup, in dependency order: tokenizer -> packed data -> model (its vocabulary is the tokenizer's).
     tokenizer = lm.load_tokenizer(ctx.input("tokenizer"))
     blocks = pack(formats.pretrain_documents(ctx.input("corpus"), tokenizer), cfg["model"]["max_len"], seed)
     if len(blocks) < cfg["batch_size"]:
-        raise ValueError(f"the corpus makes {len(blocks)} blocks of {cfg['model']['max_len']} tokens, "
+        raise StageError(f"the corpus makes {len(blocks)} blocks of {cfg['model']['max_len']} tokens, "
                          f"fewer than pretrain.batch_size {cfg['batch_size']}")
     model = formats.base_model(ctx.config, cfg["model"], tokenizer)
 

@@ -10,9 +10,9 @@ Launch:  jobs submit tiny --stage rl [rl.algorithm=dpo] [rl.generation.backend=v
 Backend: `rl.backend: torch` runs here on CPU; `nemo_rl` (nano3) launches NeMo RL in its container.
 
 A Ray cluster spans the job's allocation (`ray: true` in recipe.yaml; runtime/ray_cluster.py). This
-process is the driver; the work happens in actors: rollout workers (stages/rollout.py: the `hf`
-or `vllm` engine), reward workers (stages/rewards.py: verifier or reward model) and the policy
-trainer (stages/policy.py). `rl.cluster.actors: local` makes the same objects plain ones in this
+process is the driver; the work happens in actors: rollout workers (stages/ml/rollout.py: the `hf`
+or `vllm` engine), reward workers (stages/ml/rewards.py: verifier or reward model) and the policy
+trainer (stages/ml/policy.py). `rl.cluster.actors: local` makes the same objects plain ones in this
 process, called one after the other (no Ray needed: a machine without it, one GPU). With
 `device: cuda` the trainer and the hf rollout engines compute on the GPU (Ray actors each reserve
 a share of one GPU); reward workers stay on CPU. One GRPO step:
@@ -24,7 +24,7 @@ a share of one GPU); reward workers stay on CPU. One GRPO step:
 The loss is a token mean over the response tokens trained on. With `rl.grpo.use_dynamic_sampling`
 (the tiny recipe's default) only groups whose rewards differ are trained on, so that mean and the
 KL term cover those groups' tokens only: a larger step than the full batch's, not the same one.
-The trainer packs each group's prompt once (stages/policy.py) and the hf rollout engine runs each
+The trainer packs each group's prompt once (stages/ml/policy.py) and the hf rollout engine runs each
 prompt once per group: the same numbers as repeating the prompt per sample, less compute.
 
 DPO pairs come from the preference data (offline) or from on-policy rollouts ranked by the
@@ -42,9 +42,10 @@ import time
 from pathlib import Path
 
 from stages.schema import Float, Int, Map, Str, check
-from stages import batches, formats, lm, tracking
-from stages.rewards import KINDS
-from stages.rollout import BACKENDS
+from stages.ml import batches, formats, lm, tracking
+from stages.ml.rewards import KINDS
+from stages.ml.rollout import BACKENDS
+from stages.contract import StageError
 
 ALGORITHMS = ("grpo", "dpo")
 ACTORS = ("ray", "local")
@@ -71,10 +72,10 @@ TORCH = Map({
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `rl:` section, for one error message (called by `jobs submit` too).
-    `backend: nemo_rl`: the rendered NeMo RL config against the image's NeMo RL (stages/nemo_rl.py)."""
+    `backend: nemo_rl`: the rendered NeMo RL config against the image's NeMo RL (stages/backends/nemo_rl.py)."""
     cfg = config["rl"]
     if cfg.get("backend", "torch") == "nemo_rl":
-        from stages import nemo_rl
+        from stages.backends import nemo_rl
 
         return nemo_rl.check_config(config, "rl", resources)
     problems = [] if cfg.get("backend", "torch") == "torch" else [f"rl.backend must be torch or nemo_rl (got {cfg['backend']!r})"]
@@ -112,7 +113,7 @@ def preview(config: dict, resources: dict) -> str | None:
     """For `jobs submit --dry-run`: the NeMo RL config and command a nemo_rl job will run."""
     if config["rl"].get("backend") != "nemo_rl":
         return None
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     return nemo_rl.preview(config, resources, "rl")
 
@@ -129,17 +130,17 @@ def shards(items: list, k: int) -> list[list]:
 
 
 def run(ctx) -> dict[str, Path]:
-    cfg = ctx.config["rl"]
+    cfg = ctx.section("rl")
     if cfg.get("backend", "torch") == "nemo_rl":
-        from stages import nemo_rl
+        from stages.backends import nemo_rl
 
         return nemo_rl.run_stage(ctx)
     problems = check_config(ctx.config)
     if problems:
-        raise ValueError("rl: " + "; ".join(problems))
+        raise StageError("rl: " + "; ".join(problems))
     import torch
 
-    from stages.losses import group_advantages
+    from stages.ml.losses import group_advantages
 
     seed = ctx.config["seed"]
     algo, gen, grpo, dpo = cfg["algorithm"], cfg["generation"], cfg["grpo"], cfg["dpo"]
@@ -152,7 +153,7 @@ def run(ctx) -> dict[str, Path]:
     val_ids = lm.encode(tokenizer, [r["prompt"] for r in val], bos=True)
     longest = max(len(p) for p in prompt_ids + val_ids) + gen["max_new_tokens"]
     if longest > json.loads((policy_dir / "config.json").read_text())["max_position_embeddings"]:
-        raise ValueError(f"rl: prompt + rl.generation.max_new_tokens = {longest} tokens exceeds the policy's positions")
+        raise StageError(f"rl: prompt + rl.generation.max_new_tokens = {longest} tokens exceeds the policy's positions")
 
     # The Ray cluster of this allocation (a local one when run outside a job), and its actors; or
     # the same actors in this process.
@@ -164,11 +165,11 @@ def run(ctx) -> dict[str, Path]:
                  log_to_driver=False, configure_logging=False)
     try:
         actors = Actors(cfg, policy_dir, ctx.input("reward_model"), seed, steps, ctx.checkpoint_dir / "refit",
-                        device=lm.device_of(ctx.config), local=local)
+                        device=lm.device_of(ctx.config), local=local, cpus=ctx.resources.cpus_per_task)
         ckpt, identity = ctx.checkpoint_dir / "rl.pt", ctx.identity()
         start = actors.get(actors.trainer.load_checkpoint.remote(str(ckpt), identity)) if ckpt.exists() else 0
         if isinstance(start, str):  # another run's, config's or inputs', or nothing left to train
-            from stages.loop import ResumeRefused
+            from stages.ml.loop import ResumeRefused
 
             raise ResumeRefused(start)
         if start:
@@ -259,17 +260,20 @@ class Actors:
     the same `handle.method.remote(...)` / `get` calls."""
 
     def __init__(self, cfg: dict, policy_dir: Path, reward_model_dir: Path, seed: int, steps: int, refit_dir: Path,
-                 device: str = "cpu", local: bool = False):
-        from stages.policy import PolicyTrainer
-        from stages.rewards import RewardWorker
-        from stages.rollout import RolloutWorker
+                 device: str = "cpu", local: bool = False, cpus: int = 0):
+        from stages.ml.policy import PolicyTrainer
+        from stages.ml.rewards import RewardWorker
+        from stages.ml.rollout import RolloutWorker
+        from stages.rm import load_reward_model, score
 
         cl, kind = cfg["cluster"], cfg["reward"]["kind"]
+        # The policy's torch threads; null: the allocation's CPUs per task (ctx.resources).
+        threads = cl["threads"] or cpus or None
         self.local = local
-        rollout = (cfg["generation"]["backend"], str(policy_dir), seed, cl["threads"], device)
+        rollout = (cfg["generation"]["backend"], str(policy_dir), seed, threads, device)
         reward = (kind, str(reward_model_dir) if kind == "reward_model" else None, cl["threads"],
-                  cfg["reward"].get("answer_pattern"))
-        trainer = (str(policy_dir), cfg, seed, steps, cl["threads"], device)
+                  cfg["reward"].get("answer_pattern"), load_reward_model, score)
+        trainer = (str(policy_dir), cfg, seed, steps, threads, device)
         if local:
             self.workers = [InProcess(RolloutWorker(*rollout)) for _ in range(cl["rollout_workers"])]
             self.scorers = [InProcess(RewardWorker(*reward)) for _ in range(cl["reward_workers"])]
@@ -280,12 +284,12 @@ class Actors:
             need = cl["rollout_workers"] * cl["rollout_cpus"] + cl["trainer_cpus"] + cl["reward_workers"] * cl["reward_cpus"]
             have = ray.cluster_resources().get("CPU", 0)
             if need > have:
-                raise ValueError(f"rl: the actors need {need:g} CPUs (rl.cluster) but the Ray cluster has {have:g}")
+                raise StageError(f"rl: the actors need {need:g} CPUs (rl.cluster) but the Ray cluster has {have:g}")
             # On CUDA the trainer and the rollout workers share one GPU (Ray hands each its share and
             # sets CUDA_VISIBLE_DEVICES for it); on CPU they ask for none.
             gpu = 1 / (cl["rollout_workers"] + 1) if device == "cuda" else 0
             if gpu and ray.cluster_resources().get("GPU", 0) < 1:
-                raise ValueError("rl: device is cuda, but the Ray cluster has no GPU (rl.cluster.actors=local runs "
+                raise StageError("rl: device is cuda, but the Ray cluster has no GPU (rl.cluster.actors=local runs "
                                  "the actors in this process)")
             spread = {"scheduling_strategy": "SPREAD"}
             self.workers = [ray.remote(RolloutWorker).options(num_cpus=cl["rollout_cpus"], **({"num_gpus": gpu} if gpu else {}),
@@ -369,7 +373,7 @@ def _offline_pairs(prefs: Path, kinds: list[str] | None) -> list[dict]:
     kept = [p for p in pairs if p.get("kind") in kinds]
     if not kept:
         have = sorted({str(p.get("kind")) for p in pairs})
-        raise ValueError(f"rl: rl.dpo.pair_kinds {kinds} keeps none of the {len(pairs)} pairs (their kinds: {', '.join(have)})")
+        raise StageError(f"rl: rl.dpo.pair_kinds {kinds} keeps none of the {len(pairs)} pairs (their kinds: {', '.join(have)})")
     return kept
 
 

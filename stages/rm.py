@@ -6,7 +6,7 @@ Outputs: reward_model (reward-model: the fine-tuned LM in HF format + reward_hea
                        `load_reward_model(folder)` gives the scorer a later stage (RL) uses)
 Launch:  jobs submit tiny --stage rm [rm.steps=600 rm.loglik=false]
 Backend: `rm.backend: torch` trains here on CPU; `nemo_rl` (nano3) runs NeMo RL's run_rm.py in its
-         container (stages/nemo_rl.py).
+         container (stages/backends/nemo_rl.py).
 
     reward(prompt, response) = head(h_last) [+ alpha * log p(response.strip() <eos> | prompt)]
 
@@ -34,9 +34,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stages import batches, formats, lm, tracking
-from stages.loop import Schedule, train
-from stages.losses import bradley_terry_loss
+from stages.ml import batches, formats, lm, tracking
+from stages.ml.loop import Schedule, train
+from stages.ml.losses import bradley_terry_loss
+from stages.contract import StageError
 
 HEAD_FILE = "reward_head.safetensors"
 
@@ -192,13 +193,13 @@ def _accuracies(margins: dict, pairs: list[dict]) -> dict[str, float]:
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `rm:` section before submit; `backend: nemo_rl` renders NeMo RL's
-    reward-model config and checks it against the image's NeMo RL (stages/nemo_rl.py)."""
+    reward-model config and checks it against the image's NeMo RL (stages/backends/nemo_rl.py)."""
     cfg = config.get("rm")
     if not isinstance(cfg, dict):
         return ["the config has no rm: section"]
     backend = cfg.get("backend", "torch")
     if backend == "nemo_rl":
-        from stages import nemo_rl
+        from stages.backends import nemo_rl
 
         return nemo_rl.check_config(config, "rm", resources)
     if backend != "torch":
@@ -213,7 +214,7 @@ def preview(config: dict, resources: dict) -> str | None:
     """For `jobs submit --dry-run`: the NeMo RL reward-model config and command a nemo_rl job runs."""
     if config["rm"].get("backend") != "nemo_rl":
         return None
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     return nemo_rl.preview(config, resources, "rm")
 
@@ -222,11 +223,14 @@ def run(ctx) -> dict[str, Path]:
     from safetensors.torch import save_file
     import torch
 
-    cfg = ctx.config["rm"]
+    cfg = ctx.section("rm")
     if cfg.get("backend", "torch") == "nemo_rl":
-        from stages import nemo_rl
+        from stages.backends import nemo_rl
 
         return nemo_rl.run_stage(ctx, "rm")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("rm: " + "; ".join(problems))
     # Fail fast.
     problems = []
     if not 0 < cfg["held_out"] < 1:
@@ -234,10 +238,10 @@ def run(ctx) -> dict[str, Path]:
     if cfg.get("batch_size", 0) % ctx.dist.world_size:
         problems.append(f"rm.batch_size {cfg.get('batch_size')} does not split over {ctx.dist.world_size} ranks")
     if problems:
-        raise ValueError("rm: " + "; ".join(problems))
+        raise StageError("rm: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
-    lm.setup_torch(seed, ctx.dist)
+    lm.setup_torch(seed, ctx.dist, cpus=ctx.resources.cpus_per_task)
 
     # Setup: SFT model + zero head; pairs split into train and a held-out tail.
     tokenizer = lm.load_tokenizer(ctx.input("model"))

@@ -2,11 +2,11 @@
 
 Inputs:  model (model: a causal LM folder, pretrain's by default)
          data  (sft-data: train.jsonl of {"prompt": "23+45=", "answer": "68"}, or nano3's
-                prep_sft layout, training.jsonl of {"input", "output"}: stages/formats.py)
+                prep_sft layout, training.jsonl of {"input", "output"}: stages/ml/formats.py)
 Outputs: model (model: HF folder, as pretrain's)
 Launch:  jobs submit tiny --stage sft [sft.lr=1e-3 sft.steps=2000]
 Backend: `sft.backend: torch` here; `megatron` (nano3) runs Megatron-Bridge's finetune in the GPU
-         container (stages/megatron/).
+         container (stages/backends/megatron/).
 
 Each global batch is drawn uniformly from all rows and padded on the right (loss mask 0 there).
 Batches of one token length each (no padding) were tried and dropped: a row's length includes its
@@ -20,9 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from stages.schema import Float, Int, Map, Str, check
-from stages import batches, formats, lm, tracking
-from stages.loop import Schedule, train
-from stages.losses import causal_lm_loss
+from stages.ml import batches, formats, lm, tracking
+from stages.ml.loop import Schedule, train
+from stages.ml.losses import causal_lm_loss
+from stages.contract import StageError
 
 
 def pad_right(rows: list[list[int]], masks: list[list[int]], pad_id: int):
@@ -53,23 +54,26 @@ TORCH = Map({
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `sft:` section, before submit (either backend)."""
-    from stages.megatron import launch
+    from stages.backends.megatron import launch
 
     return launch.check_stage(config, "sft", resources, lambda cfg: check(cfg, TORCH, "sft") + lm.device_problems(config, resources))
 
 
 def preview(config: dict, resources: dict) -> str | None:
-    from stages.megatron import launch
+    from stages.backends.megatron import launch
 
     return launch.preview_stage(config, "sft", resources)
 
 
 def run(ctx) -> dict[str, Path]:
-    cfg = ctx.config["sft"]
+    cfg = ctx.section("sft")
     if cfg.get("backend", "torch") == "megatron":
-        from stages.megatron import launch
+        from stages.backends.megatron import launch
 
         return launch.run_stage(ctx, "sft")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("sft: " + "; ".join(problems))
 
     # Fail fast.
     problems = []
@@ -78,11 +82,11 @@ def run(ctx) -> dict[str, Path]:
     if cfg.get("batch_size", 0) % ctx.dist.world_size:
         problems.append(f"sft.batch_size {cfg.get('batch_size')} does not split over {ctx.dist.world_size} ranks")
     if problems:
-        raise ValueError("sft: " + "; ".join(problems))
+        raise StageError("sft: " + "; ".join(problems))
     schedule = Schedule.from_config(cfg)
     seed = ctx.config["seed"]
     device = lm.device_of(ctx.config)
-    threads = lm.setup_torch(seed, ctx.dist, device)
+    threads = lm.setup_torch(seed, ctx.dist, device, ctx.resources.cpus_per_task)
 
     # Setup: the model folder carries its tokenizer; pairs -> rows + answer masks.
     model = lm.load_model(ctx.input("model"))
@@ -91,7 +95,7 @@ def run(ctx) -> dict[str, Path]:
     rows, masks = encode_pairs(tokenizer, pairs)
     longest = max(len(r) for r in rows)
     if longest > model.config.max_position_embeddings:
-        raise ValueError(f"an SFT row has {longest} tokens; the model's max_position_embeddings is "
+        raise StageError(f"an SFT row has {longest} tokens; the model's max_position_embeddings is "
                          f"{model.config.max_position_embeddings}")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0   # any id: masked, never attended
 

@@ -83,7 +83,7 @@ PLAIN_EVERY_S = 30.0
 def watch(job, run_dir: Path, stage: str, echo: Callable[[str], None], poll_s: float = 0.5) -> None:
     """Wait for the job, showing what its progress.json says: a bar redrawn in place when stdout is
     a terminal; else a plain line when the step moved and PLAIN_EVERY_S has passed."""
-    from stages.tracking import PROGRESS_FILE, duration
+    from stages.ml.tracking import PROGRESS_FILE, duration
 
     tty = sys.stdout.isatty()
     bar, seen, said = None, None, time.monotonic()

@@ -10,29 +10,44 @@ own module: `jobs --help` and submit stay fast.
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
-STAGES = {"prep_pretrain": "stages.prep.pretrain", "prep_sft": "stages.prep.sft", "prep_rl": "stages.prep.rl"}
+from stages.contract import StageError
+
+STAGES = ("prep_pretrain", "prep_sft", "prep_rl")
+
+
+def _module(stage: str):
+    """The stage's own module, imported when it is asked for."""
+    if stage == "prep_pretrain":
+        from stages.prep import pretrain as module
+    elif stage == "prep_sft":
+        from stages.prep import sft as module
+    else:
+        from stages.prep import rl as module
+    return module
 
 
 def _which(config: dict) -> str:
     found = [s for s in STAGES if s in config]
     if len(found) != 1:
-        raise KeyError(f"one of {', '.join(STAGES)} (found {', '.join(found) or 'none'})")
+        raise StageError(f"the config needs one of {', '.join(STAGES)} (found {', '.join(found) or 'none'})")
     return found[0]
 
 
 def check_config(config: dict) -> list[str]:
-    return importlib.import_module(STAGES[_which(config)]).check_config(config)
+    try:
+        stage = _which(config)
+    except StageError as e:
+        return [str(e)]
+    return _module(stage).check_config(config)
 
 
 def preview(config: dict, resources: dict) -> str | None:
     """What the job will do, for --dry-run (the module's own `preview`, if it has one)."""
-    module = importlib.import_module(STAGES[_which(config)])
+    module = _module(_which(config))
     return module.preview(config, resources) if hasattr(module, "preview") else None
 
 
 def run(ctx) -> dict[str, Path]:
-    stage = ctx.stage if ctx.stage in STAGES else _which(ctx.config)
-    return importlib.import_module(STAGES[stage]).run(ctx)
+    return _module(ctx.stage if ctx.stage in STAGES else _which(ctx.config)).run(ctx)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from stages.schema import Bool, Float, Int, List, Map, Str, check
 from stages.prep import sources as src
+from stages.contract import StageError
 
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 SOURCE = Map({
@@ -82,19 +83,22 @@ def preview(config: dict, resources: dict) -> str:
 
 
 def run(ctx) -> dict[str, Path]:
+    cfg = ctx.section("prep_pretrain")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("prep_pretrain: " + "; ".join(problems))
     import ray
     from transformers import AutoTokenizer
 
-    from stages.prep.indexed import dtype_for
+    from stages.ml.indexed import dtype_for
 
-    cfg = ctx.config["prep_pretrain"]
     tok_cfg = cfg["tokenizer"]
     tok_dir, out = ctx.output_dir("tokenizer"), ctx.output_dir("blend")
     tokenizer = AutoTokenizer.from_pretrained(tok_cfg["model"], revision=tok_cfg["revision"])
     tokenizer.save_pretrained(tok_dir)             # workers load this folder: the shards match it exactly
     portable_tokenizer(tok_dir)
     if tok_cfg["add_eos"] and tokenizer.eos_token_id is None or tok_cfg["add_bos"] and tokenizer.bos_token_id is None:
-        raise ValueError("prep_pretrain.tokenizer: add_bos/add_eos asks for a token the tokenizer does not have")
+        raise StageError("prep_pretrain.tokenizer: add_bos/add_eos asks for a token the tokenizer does not have")
     dtype = dtype_for(len(tokenizer))
     total_w = sum(s["weight"] for s in cfg["sources"])
     shards = cfg["num_shards"]
@@ -145,7 +149,7 @@ def tokenize_shard(source: dict, index: int, shards: int, budget: float, tok_dir
     import numpy as np
     from transformers import AutoTokenizer
 
-    from stages.prep.indexed import IndexedWriter
+    from stages.ml.indexed import IndexedWriter
 
     rows = src.shard(source, index, shards)
     tok = AutoTokenizer.from_pretrained(tok_dir)
@@ -200,7 +204,7 @@ def write_blend(ctx, cfg: dict, results: list[dict], out: Path, tokenizer, dtype
                 if r[split]["documents"]:
                     blends[split][f"{s['name']}/{split}_{r['index']:05d}"] = info["weight"] * r[split]["tokens"] / tokens
         if not info["train_tokens"]:
-            raise ValueError(f"prep_pretrain: source {s['name']} ({s['path']}) gave no documents "
+            raise StageError(f"prep_pretrain: source {s['name']} ({s['path']}) gave no documents "
                              f"(text_field {s['text_field']!r}, min_doc_chars {cfg['min_doc_chars']})")
         per_source[s["name"]] = info
         metrics[f"prep/tokens/{s['name']}"] = info["train_tokens"] + info["valid_tokens"]

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from stages.schema import Bool, Float, Int, List, Map, Str, check
 from stages.prep.pretrain import NAME, source_problems
+from stages.contract import StageError
 
 SOURCE = Map({
     "name": Str(pattern=NAME), "path": Str(empty=False), "subset": Str(required=False, null=True),
@@ -161,7 +162,10 @@ def preview(config: dict, resources: dict) -> str:
 def run(ctx) -> dict[str, Path]:
     from stages.prep import sources as src
 
-    cfg = ctx.config["prep_rl"]
+    cfg = ctx.section("prep_rl")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("prep_rl: " + "; ".join(problems))
     rng = random.Random(cfg["seed"])
     dropped = {"placeholder": 0, "unresolved": 0, "unmapped_env": 0, "no_answer": 0, "not_in_mix": 0}
     pool = collect(cfg, dropped)
@@ -190,7 +194,7 @@ def run(ctx) -> dict[str, Path]:
     mixed = _mix(clean, cfg["mix"], rng)
     valid, train = mixed[: cfg["valid_size"]], mixed[cfg["valid_size"]:]
     if not train:
-        raise ValueError(f"prep_rl: no training prompt left (pool {len(pool)}, dropped {dropped}, "
+        raise StageError(f"prep_rl: no training prompt left (pool {len(pool)}, dropped {dropped}, "
                          f"decontaminated {contaminated}, valid_size {cfg['valid_size']})")
     prompts, eval_dir = ctx.output_dir("prompts"), ctx.output_dir("eval")
     _jsonl(prompts / "train.jsonl", train)

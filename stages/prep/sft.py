@@ -26,6 +26,7 @@ from pathlib import Path
 
 from stages.schema import Float, Int, List, Map, Str, check
 from stages.prep.pretrain import NAME, source_problems
+from stages.contract import StageError
 
 SOURCE = Map({"name": Str(pattern=NAME), "path": Str(empty=False), "subset": Str(required=False, null=True),
               "split": Str(required=False, null=True), "revision": Str(required=False, null=True),
@@ -71,14 +72,17 @@ def preview(config: dict, resources: dict) -> str:
 
 
 def run(ctx) -> dict[str, Path]:
+    cfg = ctx.section("prep_sft")
+    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
+    if problems:
+        raise StageError("prep_sft: " + "; ".join(problems))
     from transformers import AutoTokenizer
 
-    cfg = ctx.config["prep_sft"]
     tok = AutoTokenizer.from_pretrained(ctx.input("tokenizer"))
     if cfg["chat_template"] != "tokenizer":
         tok.chat_template = Path(cfg["chat_template"]).read_text()
     if not tok.chat_template:
-        raise ValueError(f"prep_sft: the tokenizer {ctx.input('tokenizer')} has no chat template "
+        raise StageError(f"prep_sft: the tokenizer {ctx.input('tokenizer')} has no chat template "
                          "(set prep_sft.chat_template to a .jinja file)")
     rng = random.Random(cfg["seed"])
     metrics: dict[str, float] = {}
@@ -140,7 +144,7 @@ def write_sft(out: Path, cfg: dict, tok, rng: random.Random, metrics: dict) -> P
         metrics[f"prep/sft/chats/{s['name']}"] = len(mine)
         rows += _weighted(mine, s["weight"], rng)
     if not rows:
-        raise ValueError(f"prep_sft: no usable chat in the sources (dropped: {dropped})")
+        raise StageError(f"prep_sft: no usable chat in the sources (dropped: {dropped})")
     train, valid = _split(rows, cfg["valid_fraction"], rng)
     meta = []
     (out / "packed").mkdir(exist_ok=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stages.contract import StageError
+
 HF = "hf://"
 FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -34,9 +36,9 @@ def _local_files(p: Path) -> tuple[str, list[str]]:
     files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in FORMATS and f.is_file())
     kinds = {FORMATS.get(f.suffix) for f in files}
     if not files or None in kinds:
-        raise ValueError(f"{p} holds no .jsonl/.json/.parquet files")
+        raise StageError(f"{p} holds no .jsonl/.json/.parquet files")
     if len(kinds) > 1:
-        raise ValueError(f"{p} mixes JSONL and Parquet files: give each format its own source")
+        raise StageError(f"{p} mixes JSONL and Parquet files: give each format its own source")
     return kinds.pop(), [str(f) for f in files]
 
 

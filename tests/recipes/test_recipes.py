@@ -78,7 +78,7 @@ def test_the_lock_is_well_formed_and_never_pins_a_made_up_digest():
     assert raw["nemo"]["image"] == "nvcr.io/nvidia/nemo:25.11.nemotron_3_nano"
     assert raw["nemo-rl"]["image"] == "nvcr.io/nvidia/nemo-rl:v0.4.0.nemotron_3_nano"
     # the library versions the images carry, each with a field list read from its upstream source
-    from stages.megatron.config import upstream
+    from stages.backends.megatron.config import upstream
     assert raw["nemo"]["libraries"]["megatron_bridge"] in upstream()["megatron_bridge"]
     assert raw["nemo-rl"]["libraries"]["nemo_rl"] in upstream()["nemo_rl"]
 

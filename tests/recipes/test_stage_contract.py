@@ -1,6 +1,7 @@
 """The stage contract, for every stage of every recipe: its module imports without GPU libraries, has
 `run(ctx)` and `check_config(config) -> list[str]`, accepts its own composed config, and refuses a
 broken copy of it in one line at submit (through jobs.plan, as `jobs submit` calls it)."""
+import ast
 import copy
 import importlib
 import inspect
@@ -8,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +142,46 @@ def test_nano3_dry_run_on_slurm_checks_every_stage_and_exits_0(tmp_path):
     assert r.code == 0, r.err
     assert all(f"### nano3/{stage}" in r.out for stage in recipes.load("nano3").stages)
     assert tree_digest(store) == "absent"
+
+
+# ---- how a stage refuses ---------------------------------------------------------------------
+
+BARE = {"ValueError", "RuntimeError", "Exception", "AssertionError"}
+
+
+def bare_raises(source: str, filename: str = "<stage>") -> list[str]:
+    """`raise ValueError(...)`-like statements: a refusal the runtime cannot tell from a crash."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(exc, ast.Name) and exc.id in BARE:
+                found.append(f"{filename}:{node.lineno} raise {exc.id}")
+    return found
+
+
+def test_stages_refuse_with_stage_error_not_a_bare_exception():
+    root = Path(__file__).resolve().parents[2] / "stages"
+    found = [hit for p in sorted(root.rglob("*.py")) for hit in bare_raises(p.read_text(), str(p.relative_to(root.parent)))]
+    assert not found, f"stages refuse with stages.contract.StageError (one line), not: {found}"
+    assert bare_raises("def run(ctx):\n    if ctx:\n        raise ValueError('x')\n") == ["<stage>:3 raise ValueError"]
+    assert bare_raises("raise StageError('x')\n") == []
+
+
+@pytest.mark.parametrize("name,stage", CASES)
+def test_run_given_a_broken_config_refuses_with_stage_error_before_any_work(name, stage, tmp_path, monkeypatch):
+    """A context built without submit's check (a test's, a hand-edited record's): run(ctx) refuses
+    it in one line, as submit would, and writes no output."""
+    from stages.contract import StageContext, StageError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # a stage that got past its check would reach for the network
+    spec, config = composed(name, stage)
+    module = importlib.import_module(spec.module)
+    for what, bad in broken_copies(stage, config):
+        run_dir = tmp_path / what
+        ctx = StageContext(run_id="r", recipe=name, stage=stage, config=bad, run_dir=run_dir,
+                           inputs={i.role: tmp_path / "absent" / i.role for i in spec.inputs})
+        with pytest.raises(StageError) as e:
+            module.run(ctx)
+        assert "\n" not in str(e.value) and stage in str(e.value), (what, str(e.value))
+        assert not (run_dir / "outputs").exists(), what

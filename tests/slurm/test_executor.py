@@ -178,6 +178,8 @@ def test_two_nodes_get_one_task_each_with_rank_world_and_master(tmp_path, env):
     assert report["world_size"] == 2 and report["sum"] == 3.0
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
     assert report["ranks"][0]["nodes"] == ["node1", "node2"]
+    # The allocation reaches the stage through its context: the recipe's cpus_per_task, Slurm's job ID.
+    assert report["resources"] == {"cpus_per_task": 1, "gpus_per_node": 0, "job_id": view.attempts[0]["job_id"]}
 
 
 def test_cancel_a_running_slurm_run(tmp_path, env):

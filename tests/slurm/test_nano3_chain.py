@@ -12,8 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
 import make  # noqa: E402
 
-from stages import formats  # noqa: E402
-from stages.prep import indexed  # noqa: E402
+from stages.ml import formats  # noqa: E402
+from stages.ml import indexed  # noqa: E402
 
 
 def test_blend_documents_give_each_prefix_its_weight_of_the_tokens(tmp_path):

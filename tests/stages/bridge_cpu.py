@@ -1,7 +1,7 @@
 """CPU answers for Megatron-Bridge 0.3.1 (and nano-v3 from source, dev/bridge_nano_v3.py) in .venv-bridge:
 tests and dev scripts only, never in stages/.
 
-Each stand-in is listed in stages/megatron/README.md ("What runs on CPU"). Import this module
+Each stand-in is listed in stages/backends/megatron/README.md ("What runs on CPU"). Import this module
 before megatron.bridge: megatron.core is imported first, so it still sees no Transformer Engine.
 """
 import sys

@@ -21,7 +21,7 @@ import pytest
 
 from jobs import recipes
 from stages.contract import Distributed, StageContext
-from stages.megatron import launch
+from stages.backends.megatron import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = ROOT / ".venv-bridge" / "bin" / "python"

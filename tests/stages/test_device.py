@@ -6,7 +6,8 @@ import pytest
 from helpers import run_jobs, tree_digest
 from jobs import recipes
 from stages import eval as eval_stage
-from stages import lm, pretrain, rl, sft
+from stages import pretrain, rl, sft
+from stages.ml import lm
 
 STAGES = {"pretrain": pretrain, "sft": sft, "rl": rl, "eval": eval_stage}
 

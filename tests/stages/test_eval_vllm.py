@@ -8,8 +8,9 @@ import pytest
 
 from jobs import recipes
 from stages.contract import StageContext
-from stages import data, eval as eval_stage, lm
-from stages.rewards import math_verify
+from stages import data, eval as eval_stage
+from stages.ml import lm
+from stages.ml.rewards import math_verify
 
 pytestmark = pytest.mark.slow
 

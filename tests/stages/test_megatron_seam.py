@@ -10,8 +10,8 @@ import yaml
 
 from jobs import recipes
 from stages.contract import Distributed, StageContext
-from stages.megatron.config import TranslationError, translate, upstream
-from stages.megatron.launch import (corpus_shards, overrides_yaml, prepare, render_export, render_import,
+from stages.backends.megatron.config import TranslationError, translate, upstream
+from stages.backends.megatron.launch import (corpus_shards, overrides_yaml, prepare, render_export, render_import,
                                     render_train, torchrun_command)
 
 SFT = {
@@ -208,7 +208,7 @@ def nano3_config(stage, overrides=()):
 
 
 def test_nemo_rl_configs_inherit_the_images_example_and_carry_the_keys_their_drivers_read():
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     cfg, res = nano3_config("rl")
     drv, out = nemo_rl.render(cfg, "rl", res)
@@ -240,7 +240,7 @@ def test_nemo_rl_configs_inherit_the_images_example_and_carry_the_keys_their_dri
 
 
 def test_reward_model_prompts_go_to_run_grpo_rm_and_a_mix_is_refused():
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     rm_env = {"precision": "bfloat16", "batch_size": 8, "resources": {"gpus_per_node": 8, "num_nodes": 1}}
     cfg, res = nano3_config("rl", ["~rl.env.math", f"+rl.env.reward_model={rm_env}".replace("'", "")])

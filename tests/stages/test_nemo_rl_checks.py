@@ -1,6 +1,6 @@
 """nano3's NeMo RL configs as NeMo RL's nano-v3 branch would take them: merged with their `defaults:`
 parents as its loader merges them, then the refusals its policy, generation, logger, algorithm setup and
-drivers make at construction (stages/nemo_rl_checks.py, each with its upstream file and line); and the
+drivers make at construction (stages/backends/nemo_rl_checks.py, each with its upstream file and line); and the
 rl/rm run's own rules that follow NeMo RL's behaviour (its stop condition, its best checkpoint, W&B offline).
 The facts are NeMo RL's nano-v3 branch (823fcc904), each cited by file and line."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ def nano3(stage, overrides=()):
 
 
 def rendered(stage, overrides=()):
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     cfg, res = nano3(stage, overrides)
     drv, out = nemo_rl.render(cfg, stage, res)
@@ -35,7 +35,7 @@ def rendered(stage, overrides=()):
     ("rm", [], "examples/run_rm.py"),
 ])
 def test_every_nano3_nemo_rl_config_merged_with_its_parent_passes_nemo_rls_construction_checks(stage, overrides, script):
-    from stages import nemo_rl, nemo_rl_checks
+    from stages.backends import nemo_rl, nemo_rl_checks
 
     cfg, res, drv, out, full = rendered(stage, overrides)
     assert drv.script == script
@@ -77,7 +77,7 @@ def test_grpo_and_dpo_run_megatron_with_dtensor_and_its_torch_optimizer_off_as_n
     ("+rl.loss_fn.force_on_policy_ratio=true rl.policy.train_global_batch_size=1024", "grpo.py:609"),
 ])
 def test_a_config_nemo_rl_would_refuse_is_refused_with_its_upstream_line(override, where):
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     cfg, res = nano3("rl", override.split())
     [problem] = nemo_rl.check_config(cfg, "rl", res)
@@ -97,7 +97,7 @@ def test_a_bad_override_is_refused_at_submit_in_one_line_and_nothing_is_written(
 def test_the_loader_resolves_a_parents_relative_defaults_against_the_top_configs_folder():
     """nemo_rl/utils/config.py:63 passes the top config's base_dir to every parent: grpo_rm_1B.yaml's
     `defaults: grpo_math_1B.yaml` is looked up beside our nemo_rl.yaml, not in examples/configs."""
-    from stages import nemo_rl, nemo_rl_checks
+    from stages.backends import nemo_rl, nemo_rl_checks
 
     rm_env = {"precision": "bfloat16", "batch_size": 8, "resources": {"gpus_per_node": 8, "num_nodes": 1}}
     cfg, res = nano3("rl", ["~rl.env.math", f"+rl.env.reward_model={rm_env}".replace("'", "")])
@@ -111,7 +111,7 @@ def test_the_loader_resolves_a_parents_relative_defaults_against_the_top_configs
 
 
 def test_the_merge_is_omegaconfs_later_wins_with_interpolations_resolved_after_it():
-    from stages import nemo_rl_checks
+    from stages.backends import nemo_rl_checks
 
     ours = {"defaults": "/opt/nemo-rl/examples/configs/grpo_math_1B.yaml",
             "policy": {"max_total_sequence_length": 777, "generation": {"vllm_cfg": {"tensor_parallel_size": 2}}}}
@@ -126,7 +126,7 @@ def test_wandb_offline_is_in_the_job_env_and_wandb_init_then_needs_no_api_key(tm
     """NeMo RL's Logger builds WandbLogger when logger.wandb_enabled (logger.py:857), which calls
     wandb.init(**logger.wandb, dir=...) (logger.py:188). With the env rl/rm run the driver with, that
     succeeds without WANDB_API_KEY and writes the run under the log folder; without it the check refuses."""
-    from stages import nemo_rl, nemo_rl_checks
+    from stages.backends import nemo_rl, nemo_rl_checks
 
     _, _, drv, _, full = rendered("rl")
     assert full["logger"]["wandb_enabled"] is True and nemo_rl.job_env("offline") == {"WANDB_MODE": "offline"}
@@ -153,7 +153,7 @@ def test_grpo_ends_at_its_epoch_so_the_requeue_rule_counts_prompts_per_epoch(tmp
     """grpo.py:1067: `while current_epoch < max_num_epochs and total_steps < max_num_steps`, an epoch being
     len(dataloader) = prompts // num_prompts_per_step (drop_last, grpo.py:261). nano3: 128 prompts a step,
     1 epoch, 1000 steps: 5,000 prompts end at step 39, so a run whose last checkpoint is step_39 is done."""
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     _, _, drv, out, full = rendered("rl")
     out["data"]["train_data_path"] = str(_manifest(tmp_path / "prompts", 5000))
@@ -169,7 +169,7 @@ def test_grpo_ends_at_its_epoch_so_the_requeue_rule_counts_prompts_per_epoch(tmp
 def test_the_exported_step_is_the_best_by_the_validation_metric(tmp_path):
     """CheckpointManager writes training_info.json per step_N (nemo_rl/utils/checkpoint.py:136) with the
     metric under checkpointing.metric_name; the export takes the best (latest on ties), not the last."""
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     steps = []
     for n, acc in ((10, 0.41), (20, 0.55), (30, 0.48)):
@@ -210,7 +210,7 @@ def test_the_reward_models_export_config_loads_a_one_score_sequence_classifier(t
     weights (native_checkpoint.py: AutoConfig.from_pretrained(policy.model_name).save_pretrained)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification, LlamaConfig
 
-    from stages import nemo_rl
+    from stages.backends import nemo_rl
 
     LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                 vocab_size=64, architectures=["LlamaForCausalLM"]).save_pretrained(tmp_path)

@@ -18,7 +18,7 @@ from lineage import Store
 sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
 import make  # noqa: E402
 
-from stages.prep import indexed  # noqa: E402
+from stages.ml import indexed  # noqa: E402
 
 #: The interpreter of the Megatron-Bridge venv (dev/bridge_venv.sh); JOBS_MCORE_PYTHON names another.
 MCORE_PYTHON = os.environ.get("JOBS_MCORE_PYTHON") or str(Path(__file__).parents[2] / ".venv-bridge" / "bin" / "python")

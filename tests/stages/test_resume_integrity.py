@@ -97,7 +97,7 @@ def resumed_from(run_dir: Path, key: str) -> list:
 
 def test_sft_resumes_to_bit_identical_weights_and_refuses_foreign_checkpoints(data, base, tmp_path):
     from stages import sft
-    from stages.loop import ResumeRefused
+    from stages.ml.loop import ResumeRefused
 
     inputs = {"model": base, "data": data["sft"]}
     whole, resumed, ckpt = stopped_and_resumed(sft, "sft", SFT, inputs, tmp_path, 5, "model", "sft")
@@ -183,7 +183,7 @@ def test_grpo_resumes_to_bit_identical_weights(data, base, reward_model, ray_hea
 
 def test_dpo_resumes_to_bit_identical_weights_and_refuses_another_runs_checkpoint(data, base, ray_head, tmp_path):
     from stages import rl
-    from stages.loop import ResumeRefused
+    from stages.ml.loop import ResumeRefused
 
     inputs = rl_inputs(data, base)
     whole, resumed, ckpt = stopped_and_resumed(rl, "rl", DPO, inputs, tmp_path, 2, "model", "rl", ray_address=ray_head)
@@ -208,7 +208,7 @@ def test_one_run_one_story_two_attempts_one_wandb_run_one_tensorboard(tmp_path):
     from runtime.entry import execute
     from jobs.plan import make_plan, record
     from jobs.provenance import CodeChanged
-    from stages.tracking import wandb_run_id
+    from stages.ml.tracking import wandb_run_id
 
     root = tmp_path / "store"
     r = run_jobs(root, "submit", "tiny", "--stage", "data", "data.n_corpus_lines=2000", "data.n_sft=100",

@@ -103,7 +103,7 @@ def test_offline_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
 
 
 def test_grpo_on_the_reward_model_raises_held_out_accuracy_and_keeps_answering_with_numbers(pipeline):
-    """A reward model scores text it never saw arbitrarily; without stages/rewards.py's floor for
+    """A reward model scores text it never saw arbitrarily; without stages/ml/rewards.py's floor for
     non-answers the policy wrote "7 079" and five-digit run-ons within 40 steps (greedy held-out 0.51
     -> 0.0). With it, GRPO on the reward model's scores lifts held-out accuracy, and every greedy
     answer at the end is still a number of at most three digits."""
@@ -135,8 +135,8 @@ def test_grpo_with_the_vllm_backend_trains_and_its_refits_take_effect(pipeline):
     # of the SFT model on the same prompts tell whether vLLM held the trained weights.
     last = sorted((pipeline.run_dir(view.id) / "validation").glob("step_*.jsonl"))[-1]
     rows = [json.loads(line) for line in last.read_text().splitlines()]
-    from stages import lm
-    from stages.generate import complete
+    from stages.ml import lm
+    from stages.ml.generate import complete
 
     def greedy(model_dir):
         return [g[0] for g in complete(lm.load_model(model_dir), lm.load_tokenizer(model_dir),

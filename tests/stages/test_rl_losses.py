@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from stages.losses import dpo_loss, group_advantages, grpo_loss, k3_kl
+from stages.ml.losses import dpo_loss, group_advantages, grpo_loss, k3_kl
 
 
 def test_leave_one_out_advantages():

@@ -1,15 +1,15 @@
 """The GRPO step's shortcuts against the plain computations they replace, on the same model and batch:
-the trainer's packed batch (each group's prompt once, stages.policy.pack_shared) vs the plain rows
-(every sample's row carries its prompt, stages.policy.pack): the same per-token log-probs, loss and
+the trainer's packed batch (each group's prompt once, stages.ml.policy.pack_shared) vs the plain rows
+(every sample's row carries its prompt, stages.ml.policy.pack): the same per-token log-probs, loss and
 gradients to float rounding; the rollout sampler sharing a prompt's KV cache vs HF `generate`: the
 same tokens; the refit writing only model.safetensors vs the whole HF folder: the same weights."""
 import pytest
 import torch
 
-from stages import lm
+from stages.ml import lm
 from stages.data import _train_tokenizer
-from stages.losses import grpo_loss, packed_token_logps, token_logps
-from stages.policy import pack, pack_shared
+from stages.ml.losses import grpo_loss, packed_token_logps, token_logps
+from stages.ml.policy import pack, pack_shared
 
 TOL = 1e-5
 
@@ -103,7 +103,7 @@ def test_shared_prompt_sampling_draws_the_tokens_of_hf_generate(tmp_path):
     """The rollout engine's sampler (the prompt's forward pass once per group) against HF `generate`
     (the prompt repeated per sample) on the same seed: the same tokens, rows stopping at <eos> at
     different steps and others cut at max_new_tokens."""
-    from stages.generate import generate_ids, sample_shared
+    from stages.ml.generate import generate_ids, sample_shared
 
     model, tokenizer = tiny(tmp_path)
     model.eval()
@@ -124,8 +124,8 @@ def test_shared_prompt_sampling_draws_the_tokens_of_hf_generate(tmp_path):
 def test_refit_writes_the_weights_save_weights_writes(tmp_path):
     from safetensors.torch import load_file
 
-    from stages.policy import PolicyTrainer
-    from stages.rollout import HFEngine
+    from stages.ml.policy import PolicyTrainer
+    from stages.ml.rollout import HFEngine
 
     model, tokenizer = tiny(tmp_path)
     lm.save_model(model, tokenizer, tmp_path / "sft")

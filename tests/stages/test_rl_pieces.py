@@ -7,9 +7,10 @@ import torch
 
 from helpers import run_jobs, tree_digest
 from jobs import recipes
-from stages import nemo_rl
-from stages.policy import pack
-from stages.rewards import RewardWorker, below_non_answers, verify
+from stages.backends import nemo_rl
+from stages.ml.policy import pack
+from stages.ml.rewards import RewardWorker, below_non_answers, verify
+from stages import rm
 from stages.rl import _offline_pairs, _on_policy_pairs, check_config, shards
 
 
@@ -80,7 +81,7 @@ def test_verifier_is_exact_match_after_strip():
 
 
 def test_reward_model_rewards_put_every_non_answer_below_every_answer():
-    """What keeps GRPO from farming a reward model on text it never saw (stages/rewards.py)."""
+    """What keeps GRPO from farming a reward model on text it never saw (stages/ml/rewards.py)."""
     assert below_non_answers([3.0, 87.0, -8.0, 5.0], [True, False, True, False]) == [3.0, -9.0, -8.0, -9.0]
     assert below_non_answers([1.0, 2.0], [False, False]) == [0.0, 0.0]   # no answer: no preference
 
@@ -89,11 +90,12 @@ def test_the_reward_model_worker_floors_run_ons_and_non_numbers(pipeline):
     from helpers import artifact_path, latest
 
     folder = artifact_path(pipeline, latest(pipeline, "rm").outputs["reward_model"])
-    worker = RewardWorker("reward_model", str(folder), threads=1, answer_pattern="[0-9]+")
+    scorer = dict(load=rm.load_reward_model, score=rm.score)
+    worker = RewardWorker("reward_model", str(folder), threads=1, answer_pattern="[0-9]+", **scorer)
     prompts = ["27+45="] * 4
     scores = worker.score(prompts, ["72", "7 072", "72", "62"], ["72"] * 4, [True, True, False, True])
     assert scores[1] == scores[2] < min(scores[0], scores[3])   # not a number; cut off before <eos>
-    raw = RewardWorker("reward_model", str(folder), threads=1).score(prompts, ["72", "7 072", "72", "62"], ["72"] * 4)
+    raw = RewardWorker("reward_model", str(folder), threads=1, **scorer).score(prompts, ["72", "7 072", "72", "62"], ["72"] * 4)
     assert raw[0] == raw[2] and raw[0] == scores[0]             # no answer format: the model's own scores
 
 

@@ -72,7 +72,7 @@ def test_saved_reward_model_prefers_right_sums_in_the_house_style(pipeline):
 def check_artifact(folder) -> None:
     import torch
 
-    from stages.lm import load_tokenizer
+    from stages.ml.lm import load_tokenizer
     from stages.rm import inputs, load_reward_model, score
 
     model, tok = load_reward_model(folder), load_tokenizer(folder)

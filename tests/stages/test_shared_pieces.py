@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from stages.contract import Distributed, Requeue, StageContext
-from stages import batches, tracking
+from stages.ml import batches, tracking
 from stages.eval import pass_at_k
-from stages.lm import arch_problems
-from stages.loop import Schedule
-from stages.losses import bradley_terry_loss, causal_lm_loss
+from stages.ml.lm import arch_problems
+from stages.ml.loop import Schedule
+from stages.ml.losses import bradley_terry_loss, causal_lm_loss
 from stages.pretrain import pack
 
 
@@ -46,8 +46,9 @@ def test_sft_batches_padded_on_the_right_give_each_row_its_unpadded_loss(tmp_pat
     the padding out of every real token's logits, so the batch loss is the loss of the rows alone."""
     import torch
 
-    from stages import lm, sft
-    from stages.losses import causal_lm_loss
+    from stages import sft
+    from stages.ml import lm
+    from stages.ml.losses import causal_lm_loss
 
     folder = _small_model(tmp_path)
     tok, model = lm.load_tokenizer(folder), lm.load_model(folder).eval()
@@ -136,7 +137,7 @@ def test_trackers_are_closed_on_requeue_and_tensorboard_gets_scalars(tmp_path: P
 # ---- eval's answer checking and prompts, export's folder (nano3's keys on a small random model) ----
 
 def test_math_verifier_takes_the_final_answer_and_compares_it_normalised():
-    from stages.rewards import extract_answer, math_verify
+    from stages.ml.rewards import extract_answer, math_verify
 
     right = [("so the answer is \\boxed{\\frac{1}{2}}.", "0.5"), ("The answer is 68.", "68"), ("68", "68"),
              ("total $1,000.", "1000"), ("\\boxed{1{,}000}", "1000"), ("x = 5", "5"), ("\\boxed{x=5}", "5"),
@@ -152,7 +153,8 @@ def test_math_verifier_takes_the_final_answer_and_compares_it_normalised():
 
 
 def _small_model(root: Path, chat_template: str | None = None) -> Path:
-    from stages import data, lm
+    from stages import data
+    from stages.ml import lm
 
     (root / "corpus").mkdir(parents=True)
     (root / "corpus" / "train.txt").write_text("1+2=3\n45+9=54\n")
@@ -165,7 +167,7 @@ def _small_model(root: Path, chat_template: str | None = None) -> Path:
 
 
 def test_eval_prompts_go_through_the_chat_template_with_its_kwargs(tmp_path: Path):
-    from stages import lm
+    from stages.ml import lm
     from stages.eval import prompt_ids
 
     template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}{% if think %}={% endif %}"
@@ -210,7 +212,8 @@ def test_export_writes_nano3s_keys_shards_and_checks_the_folder_in_a_fresh_proce
     import json as _json
 
     from jobs import recipes
-    from stages import export, lm
+    from stages import export
+    from stages.ml import lm
 
     src = _small_model(tmp_path / "in", "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
     config = recipes.compose(recipes.load("nano3"), "export", ["export.max_shard_size=50KB", "tracking.wandb=disabled",

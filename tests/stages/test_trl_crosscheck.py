@@ -2,7 +2,7 @@
 
 TRL computes its side through its own code paths: a GRPOTrainer / DPOTrainer is built on a tiny
 Llama saved to disk, and its `compute_loss` scores the batch with its fused LM head. Our side scores
-the same token ids with `stages.losses.token_logps` (plain logits) and calls our losses. Both are
+the same token ids with `stages.ml.losses.token_logps` (plain logits) and calls our losses. Both are
 backpropagated into the same parameters and the gradients compared.
 
 Conventions that differ, and how the test lines them up:
@@ -16,15 +16,15 @@ Conventions that differ, and how the test lines them up:
 - Old and reference log-probs are fixed tensors given to both sides (perturbed away from the policy so
   the clip and the k3 KL are active), as the rl stage gets them from generation and a frozen reference.
 - DPO's SFT term: TRL's `"sft"` loss is a token-level mean NLL over the chosen completions, so ours
-  gets `chosen_nll` as the flat per-token NLLs of those tokens. (stages/policy.py passes each chosen
+  gets `chosen_nll` as the flat per-token NLLs of those tokens. (stages/ml/policy.py passes each chosen
   response's mean NLL instead, a per-sequence mean: the same number only when lengths are equal.)
 """
 import pytest
 import torch
 
-from stages import lm
+from stages.ml import lm
 from stages.data import _train_tokenizer
-from stages.losses import dpo_loss, grpo_loss, token_logps
+from stages.ml.losses import dpo_loss, grpo_loss, token_logps
 
 pytest.importorskip("trl")
 

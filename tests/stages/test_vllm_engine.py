@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from stages import data, lm
-from stages.generate import generate_ids
+from stages import data
+from stages.ml import lm
+from stages.ml.generate import generate_ids
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,7 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine(models):
     """The in-process engine; teardown ends the torch.distributed group vLLM opened in this process."""
-    from stages.vllm_engine import VLLMEngine
+    from stages.backends.vllm_engine import VLLMEngine
 
     yield VLLMEngine(models["a"], seed=0)
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
@@ -127,7 +128,7 @@ def ray_local():
 
 
 def test_engine_runs_and_refits_inside_a_ray_actor(models, ray_local):
-    from stages.vllm_engine import VLLMEngine
+    from stages.backends.vllm_engine import VLLMEngine
 
     actor = ray_local.remote(num_cpus=1)(VLLMEngine).remote(models["a"], seed=0, threads=1)
     greedy = dict(n=1, temperature=0.0, max_new_tokens=12, seed=0)

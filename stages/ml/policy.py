@@ -15,7 +15,7 @@ def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
     """(ids, attention mask, response mask aligned with ids[:, 1:]) for prompt+response rows."""
     import torch
 
-    from stages import lm
+    from stages.ml import lm
 
     rows = [p + r for p, r in zip(prompts, responses)]
     ids, attn = lm.pad(rows, pad_id)
@@ -93,8 +93,8 @@ class PolicyTrainer:
                  device: str = "cpu"):
         import torch
 
-        from stages import lm
-        from stages.loop import Schedule
+        from stages.ml import lm
+        from stages.ml.loop import Schedule
 
         lm.setup_torch(seed, device=device)
         if threads:
@@ -129,8 +129,8 @@ class PolicyTrainer:
         """One clipped policy-gradient step on a rollout batch (flat, prompt-major)."""
         import torch
 
-        from stages.lm import autocast
-        from stages.losses import grpo_loss, k3_kl, packed_token_logps
+        from stages.ml.lm import autocast
+        from stages.ml.losses import grpo_loss, k3_kl, packed_token_logps
 
         # A group's samples share their prompt: packed, its keys and values are computed once per
         # group, not once per sample (the same log-probs as `pack`'s rows: test_rl_packing.py).
@@ -159,8 +159,8 @@ class PolicyTrainer:
         """One DPO step on preference pairs (response token ids, <eos> included)."""
         import torch
 
-        from stages.lm import autocast
-        from stages.losses import dpo_loss, token_logps
+        from stages.ml.lm import autocast
+        from stages.ml.losses import dpo_loss, token_logps
 
         d = self.cfg["dpo"]
         n = len(prompts)
@@ -192,7 +192,7 @@ class PolicyTrainer:
 
     def save_weights(self, folder: str) -> str:
         """The policy as a HF folder (what rollout workers refit from, and the stage's output)."""
-        from stages import lm
+        from stages.ml import lm
 
         lm.save_model(self.policy, self.tokenizer, Path(folder))
         return folder
@@ -218,7 +218,7 @@ class PolicyTrainer:
         import torch
 
         from lineage.records import atomic_write
-        from stages.loop import _rng_state
+        from stages.ml.loop import _rng_state
 
         buf = io.BytesIO()
         torch.save({**identity, "step": step, "model": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -228,7 +228,7 @@ class PolicyTrainer:
     def load_checkpoint(self, path: str, identity: dict) -> int | str:
         """Restore a checkpoint of this run, config and inputs; returns its step, or (a refusal does
         not cross Ray as a traceback) the one-line reason it was refused."""
-        from stages.loop import ResumeRefused, _set_rng_state, read_checkpoint
+        from stages.ml.loop import ResumeRefused, _set_rng_state, read_checkpoint
 
         try:
             state = read_checkpoint(Path(path), identity, self.schedule.steps)

@@ -23,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-from stages.megatron.config import BridgeJob, bridge, translate
+from stages.backends.megatron.config import BridgeJob, bridge, translate
+from stages.contract import StageError
 
 HEADER = """\
-# Rendered by jobs (stages/megatron/launch.py) for stage {stage}; runs in the nemo container.
+# Rendered by jobs (stages/backends/megatron/launch.py) for stage {stage}; runs in the nemo container.
 # For Megatron-Bridge {version} ({source}): only APIs that exist there.
 """
 
@@ -197,7 +198,7 @@ def plan(config: dict, stage: str, resources: dict, version: str | None = None) 
 
 def check_config(config: dict, stage: str, resources: dict | None) -> list[str]:
     """For `jobs submit`: every problem translate finds, for the version the nemo image carries."""
-    from stages.megatron.config import TranslationError
+    from stages.backends.megatron.config import TranslationError
 
     try:
         plan(config, stage, resources or {})
@@ -265,9 +266,9 @@ def run_stage(ctx, stage: str) -> dict[str, Path]:
     try:
         import megatron.bridge  # noqa: F401
     except ImportError:
-        raise RuntimeError(f"{stage} with backend megatron runs in the pinned nemo container "
+        raise StageError(f"{stage} with backend megatron runs in the pinned nemo container "
                            "(megatron.bridge is not installed here)") from None
-    gpus_per_node = int(os.environ.get("SLURM_GPUS_ON_NODE") or os.environ.get("SLURM_GPUS_PER_NODE") or 8)
+    gpus_per_node = ctx.resources.gpus_per_node or 8
     job, files = prepare(ctx, stage, gpus_per_node)
     # Bridge logs by itself (LoggerConfig); the run record gets where, W&B stays offline unless asked.
     mode = (ctx.config.get("tracking", {}) or {}).get("wandb", "offline")

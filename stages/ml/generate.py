@@ -4,7 +4,7 @@ Runs where the model is (CPU or CUDA), in the model's float32: no autocast, the 
 trainer's log-probs are compared with is the full-precision one."""
 from __future__ import annotations
 
-from stages import lm
+from stages.ml import lm
 
 
 def generate_ids(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, *, samples: int = 1,

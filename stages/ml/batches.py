@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import random
 
+from stages.contract import StageError
+
 
 def indices(seed: int, step: int, n: int, global_batch: int, rank: int = 0, world: int = 1) -> list[int]:
     """This rank's share of step `step`'s global batch of example indices."""
     if global_batch % world:
-        raise ValueError(f"global batch {global_batch} does not split over {world} ranks")
+        raise StageError(f"global batch {global_batch} does not split over {world} ranks")
     rng = random.Random(seed * 1_000_003 + step)
     picked = [rng.randrange(n) for _ in range(global_batch)]
     per = global_batch // world

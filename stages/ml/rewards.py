@@ -17,6 +17,9 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 from pathlib import Path
+from typing import Callable
+
+from stages.contract import StageError
 
 KINDS = ("verifier", "reward_model")
 
@@ -109,23 +112,27 @@ def math_verify(response: str, answer: str) -> float:
 
 
 class RewardWorker:
-    """A Ray actor (`ray.remote(RewardWorker)`) scoring batches of rollouts."""
+    """A Ray actor (`ray.remote(RewardWorker)`) scoring batches of rollouts.
+
+    With kind reward_model, `load(folder) -> model` and `score(model, tokenizer, prompts, responses)
+    -> (n,)` come from the stage that trains the reward model (rl passes stages.rm's): a shared
+    piece never imports a stage."""
 
     def __init__(self, kind: str, reward_model_dir: str | None = None, threads: int | None = None,
-                 answer_pattern: str | None = None):
+                 answer_pattern: str | None = None, load: Callable | None = None, score: Callable | None = None):
         if kind not in KINDS:
-            raise ValueError(f"reward kind must be one of {', '.join(KINDS)} (got {kind!r})")
+            raise StageError(f"reward kind must be one of {', '.join(KINDS)} (got {kind!r})")
         self.kind = kind
         self.answer = re.compile(answer_pattern) if answer_pattern else None
         if kind == "reward_model":
             import torch
 
-            from stages import lm
-            from stages.rm import load_reward_model
+            from stages.ml import lm
 
             if threads:
                 torch.set_num_threads(threads)
-            self.model = load_reward_model(Path(reward_model_dir))
+            self._score = score
+            self.model = load(Path(reward_model_dir))
             self.tokenizer = lm.load_tokenizer(Path(reward_model_dir))
 
     def score(self, prompts: list[str], responses: list[str], answers: list[str],
@@ -135,10 +142,8 @@ class RewardWorker:
             return [verify(r, a) for r, a in zip(responses, answers)]
         import torch
 
-        from stages.rm import score
-
         with torch.no_grad():
-            raw = score(self.model, self.tokenizer, prompts, [r.strip() for r in responses]).tolist()
+            raw = self._score(self.model, self.tokenizer, prompts, [r.strip() for r in responses]).tolist()
         if self.answer is None:   # no answer format to hold responses to (rl.reward.answer_pattern)
             return raw
         finished = finished or [True] * len(responses)

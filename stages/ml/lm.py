@@ -76,12 +76,13 @@ def autocast(device: str):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
 
 
-def setup_torch(seed: int, dist=None, device: str = "cpu") -> int:
+def setup_torch(seed: int, dist=None, device: str = "cpu", cpus: int = 0) -> int:
     """Deterministic CPU math: fixed seeds, a fixed thread count, deterministic kernels.
 
     The thread count is part of the arithmetic (reduction order), so it is pinned: Slurm's
     cpus_per_task when set, else this machine's cores shared by the ranks running on it (all of
-    them when `dist` lists no nodes: local processes). An exact resume needs the same count.
+    them when `dist` lists no nodes: local processes). `cpus`: the allocation's cpus_per_task
+    (`ctx.resources`), 0 when not known. An exact resume needs the same count.
     On CUDA the rank's GPU is `dist.local_rank`; deterministic kernels are asked for (cuBLAS's
     workspace set for it) but an op without one only warns: no bit-exactness is claimed on GPUs.
     Returns the thread count.
@@ -89,7 +90,7 @@ def setup_torch(seed: int, dist=None, device: str = "cpu") -> int:
     import numpy as np
     import torch
 
-    threads = int(os.environ.get("SLURM_CPUS_PER_TASK") or 0)
+    threads = cpus
     if not threads:
         ranks_here = dist.world_size if dist is not None and not dist.nodes else 1
         threads = max(1, (os.cpu_count() or 1) // ranks_here)

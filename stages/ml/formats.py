@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stages import lm
+from stages.ml import lm
+from stages.contract import StageError
 
 TASKS = ("math",)   # prep_rl environments whose answers the torch rl's verifier checks
 
 
 def _jsonl(path: Path) -> list[dict]:
     if not path.is_file():
-        raise ValueError(f"{path.parent.name}: no {path.name} in {path.parent}")
+        raise StageError(f"{path.parent.name}: no {path.name} in {path.parent}")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -31,7 +32,7 @@ def _need(rows: list[dict], keys: tuple[str, ...], path: Path) -> list[dict]:
     for n, r in enumerate(rows):
         missing = [k for k in keys if k not in r]
         if missing:
-            raise ValueError(f"{path} row {n + 1} has no {', '.join(missing)} (it holds {', '.join(sorted(r))})")
+            raise StageError(f"{path} row {n + 1} has no {', '.join(missing)} (it holds {', '.join(sorted(r))})")
     return rows
 
 
@@ -47,15 +48,15 @@ def blend_documents(folder: Path, name: str = "blend.json") -> list[list[int]]:
     """The documents of a Megatron blend {prefix: weight}, each prefix taking its weight's share of
     the tokens (weights normalised), as Megatron's blended dataset samples: a prefix short of its
     share is repeated from its start (an epoch), one over it is cut at the document that reaches it."""
-    from stages.prep.indexed import Reader
+    from stages.ml.indexed import Reader
 
     blend = json.loads((folder / name).read_text())
     if not isinstance(blend, dict) or not blend:
-        raise ValueError(f"{folder / name} is not a non-empty {{prefix: weight}} object")
+        raise StageError(f"{folder / name} is not a non-empty {{prefix: weight}} object")
     shards = {p: Reader(folder / p) for p, w in blend.items() if w > 0}
     shards = {p: r for p, r in shards.items() if int(r.lengths.sum()) > 0}
     if not shards:
-        raise ValueError(f"{folder / name}: every shard it names is empty")
+        raise StageError(f"{folder / name}: every shard it names is empty")
     total_tokens = sum(int(r.lengths.sum()) for r in shards.values())
     total_weight = sum(blend[p] for p in shards)
     docs: list[list[int]] = []
@@ -89,7 +90,7 @@ def rl_prompts(folder: Path, split: str) -> list[dict]:
     rows = _need(_jsonl(path), ("prompt", "answer"), path)
     other = sorted({r["task_name"] for r in rows if r.get("task_name", "math") not in TASKS})
     if other:
-        raise ValueError(f"{path}: environments {', '.join(other)} have no verifier in the torch rl "
+        raise StageError(f"{path}: environments {', '.join(other)} have no verifier in the torch rl "
                          f"(it checks answers: {', '.join(TASKS)})")
     return rows
 
@@ -111,5 +112,5 @@ def base_model(config: dict, arch: dict, tokenizer):
     if c.vocab_size != len(tokenizer):
         problems.append(f"the base model's vocabulary has {c.vocab_size} ids, the tokenizer {len(tokenizer)}")
     if problems:
-        raise ValueError(f"pretrain: base model {folder}: " + "; ".join(problems))
+        raise StageError(f"pretrain: base model {folder}: " + "; ".join(problems))
     return model

@@ -8,7 +8,7 @@ paths, where to write; and drops our own keys (backend, algorithm) and the other
 sections. Every key is checked at submit against the MasterConfig of the NeMo RL version the
 image carries (containers.lock -> upstream_fields.yaml), and the config merged with its parent as
 NeMo RL's loader merges it must pass every refusal NeMo RL makes at construction
-(stages/nemo_rl_checks.py). Drivers: run_grpo_math.py (env: math), run_grpo_rm.py (env:
+(stages/backends/nemo_rl_checks.py). Drivers: run_grpo_math.py (env: math), run_grpo_rm.py (env:
 reward_model), run_dpo.py, run_rm.py. Rank 0 runs the driver against the Ray cluster the job started
 (RAY_ADDRESS is set; NeMo RL attaches to it) with W&B offline unless tracking says online; requeues
 only while the driver's own end (max_num_steps or max_num_epochs, whichever first) is not reached;
@@ -65,7 +65,7 @@ class NemoRLError(StageError):
 
 def version() -> str:
     """The NeMo RL the nemo-rl image carries (containers.lock), whose key list upstream_fields.yaml has."""
-    from stages.megatron.config import TranslationError, image_version
+    from stages.backends.megatron.config import TranslationError, image_version
 
     try:
         return image_version("nemo-rl", "nemo_rl")
@@ -74,7 +74,7 @@ def version() -> str:
 
 
 def upstream(ver: str) -> dict:
-    from stages.megatron.config import upstream as fields
+    from stages.backends.megatron.config import upstream as fields
 
     versions = fields()["nemo_rl"]
     if ver not in versions:
@@ -290,7 +290,7 @@ def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] |
 
 def merged(drv: Driver, cfg: dict, run_dir: Path) -> dict:
     """The config NeMo RL's drivers get: ours merged with its `defaults:` parents as its loader does."""
-    from stages import nemo_rl_checks
+    from stages.backends import nemo_rl_checks
 
     beside = {Path(f).name: f for f in drv.beside}
     return nemo_rl_checks.load(cfg, str(run_dir / "nemo_rl.yaml"), str(REPO), beside)
@@ -298,10 +298,10 @@ def merged(drv: Driver, cfg: dict, run_dir: Path) -> dict:
 
 def construction_problems(drv: Driver, cfg: dict, run_dir: Path, wandb: str, stage: str) -> list[str]:
     """Every refusal NeMo RL's loader, policy, generation, logger, setup and driver would make with this
-    config (stages/nemo_rl_checks.py: each with its upstream file and line)."""
+    config (stages/backends/nemo_rl_checks.py: each with its upstream file and line)."""
     from omegaconf.errors import OmegaConfBaseException
 
-    from stages import nemo_rl_checks
+    from stages.backends import nemo_rl_checks
 
     env = dict(job_env(wandb), **({"WANDB_API_KEY": "set"} if os.environ.get("WANDB_API_KEY") else {}))
     try:
@@ -328,7 +328,7 @@ def preview(config: dict[str, Any], resources: dict[str, Any], stage: str = "rl"
                      f"tensor_parallel_size={vllm.get('tensor_parallel_size')} "
                      f"gpu_memory_utilization={vllm.get('gpu_memory_utilization')}")
     lines.append(f"cluster: {cfg['cluster']['num_nodes']} nodes x {cfg['cluster']['gpus_per_node']} GPUs")
-    from stages import nemo_rl_checks
+    from stages.backends import nemo_rl_checks
 
     env = job_env((config.get("tracking", {}) or {}).get("wandb", "offline"))
     lines.append(f"driver env: {' '.join(f'{k}={v}' for k, v in env.items()) or '(as the job)'}; merged with "
@@ -402,11 +402,11 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     try:
         import nemo_rl  # noqa: F401  (only: is it installed?)
     except ImportError:
-        raise RuntimeError(f"{stage} with backend nemo_rl runs in the pinned nemo-rl container "
+        raise StageError(f"{stage} with backend nemo_rl runs in the pinned nemo-rl container "
                            "(nemo_rl is not installed here)") from None
     if not ctx.dist.is_main:
         return {}  # the other nodes only host Ray workers
-    gpus = int(os.environ.get("SLURM_GPUS_ON_NODE") or os.environ.get("SLURM_GPUS_PER_NODE") or 8)
+    gpus = ctx.resources.gpus_per_node or 8
     where = dict(nodes=max(1, len(ctx.dist.nodes)), gpus_per_node=gpus, run_dir=ctx.run_dir,
                  wandb=ctx.config.get("tracking", {}).get("wandb", "offline"))
     if stage == "rm":
@@ -430,7 +430,7 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     subprocess.run(command(drv, path), check=True, cwd=REPO, env={**os.environ, **job_env(where["wandb"])})
     steps = sorted(Path(cfg["checkpointing"]["checkpoint_dir"]).glob("step_*"), key=lambda p: int(p.name[5:]))
     if not steps:
-        raise RuntimeError(f"NeMo RL wrote no checkpoint under {cfg['checkpointing']['checkpoint_dir']}")
+        raise StageError(f"NeMo RL wrote no checkpoint under {cfg['checkpointing']['checkpoint_dir']}")
     if int(steps[-1].name[5:]) < target:
         ctx.requeue()  # stopped at its own deadline before its own end: resume in the next attempt
     out = ctx.output_dir(output)

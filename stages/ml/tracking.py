@@ -27,7 +27,7 @@ import socket
 import time
 from pathlib import Path
 
-from stages.contract import Requeue
+from stages.contract import Requeue, StageError
 
 MODES = ("offline", "online", "disabled")
 PROGRESS_FILE = "progress.json"
@@ -137,7 +137,7 @@ def session(ctx):
     cfg = ctx.config.get("tracking", {}) or {}
     mode = cfg.get("wandb", "offline")
     if mode not in MODES:
-        raise ValueError(f"tracking.wandb must be one of {', '.join(MODES)} (got {mode!r})")
+        raise StageError(f"tracking.wandb must be one of {', '.join(MODES)} (got {mode!r})")
     trackers = []
     log_handler = None
     if ctx.dist.is_main:
@@ -173,7 +173,7 @@ def _attempt_log(ctx, mode: str) -> logging.Handler:
     folder = ctx.attempt_dir
     (folder / "attempt.json").write_text(json.dumps({
         "run": ctx.run_id, "attempt": ctx.attempt, "host": socket.gethostname(), "pid": os.getpid(),
-        "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
+        "job_id": ctx.resources.job_id,
         "start": time.time(), "wandb_run_id": None if mode == "disabled" else wandb_run_id(ctx.run_id),
         "tensorboard": str(ctx.run_dir / "tensorboard")}, sort_keys=True, indent=1) + "\n")
     handler = logging.FileHandler(folder / "stage.log")

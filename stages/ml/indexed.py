@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from stages.contract import StageError
+
 HEADER = b"MMIDIDX\x00\x00"
 CODES = {np.uint8: 1, np.int8: 2, np.int16: 3, np.int32: 4, np.int64: 5, np.float64: 6, np.float32: 7, np.uint16: 8}
 
@@ -42,9 +44,9 @@ class IndexedWriter:
     def add(self, ids) -> None:
         arr = np.asarray(ids, dtype=self.dtype)
         if arr.ndim != 1:
-            raise ValueError("a document is a flat list of token ids")
+            raise StageError("a document is a flat list of token ids")
         if len(ids) and (min(ids) < np.iinfo(self.dtype).min or max(ids) > np.iinfo(self.dtype).max):
-            raise ValueError(f"token id out of range for {np.dtype(self.dtype).name}")
+            raise StageError(f"token id out of range for {np.dtype(self.dtype).name}")
         self._bin.write(arr.tobytes(order="C"))
         self.lengths.append(len(arr))
         self.tokens += len(arr)
@@ -76,7 +78,7 @@ def read(prefix: Path) -> list[np.ndarray]:
     """Every document of `<prefix>.bin/.idx` (our own reader: manifests and quick checks, not training)."""
     raw = Path(str(prefix) + ".idx").read_bytes()
     if raw[:9] != HEADER or struct.unpack("<Q", raw[9:17])[0] != 1:
-        raise ValueError(f"{prefix}.idx is not an MMIDIDX v1 index")
+        raise StageError(f"{prefix}.idx is not an MMIDIDX v1 index")
     code = raw[17]
     dtype = {v: k for k, v in CODES.items()}[code]
     count, _ = struct.unpack("<QQ", raw[18:34])
@@ -94,10 +96,10 @@ class Reader:
     def __init__(self, prefix: Path):
         raw = np.memmap(Path(str(prefix) + ".idx"), dtype=np.uint8, mode="r")
         if bytes(raw[:9]) != HEADER or struct.unpack("<Q", bytes(raw[9:17]))[0] != 1:
-            raise ValueError(f"{prefix}.idx is not an MMIDIDX v1 index")
+            raise StageError(f"{prefix}.idx is not an MMIDIDX v1 index")
         codes = {v: k for k, v in CODES.items()}
         if int(raw[17]) not in codes:
-            raise ValueError(f"{prefix}.idx has an unknown dtype code {int(raw[17])}")
+            raise StageError(f"{prefix}.idx has an unknown dtype code {int(raw[17])}")
         self.dtype = codes[int(raw[17])]
         count, _ = struct.unpack("<QQ", bytes(raw[18:34]))
         self.lengths = np.frombuffer(raw, dtype="<i4", count=count, offset=34)
@@ -106,7 +108,7 @@ class Reader:
         size = bin_path.stat().st_size
         want = int(self.pointers[-1]) + int(self.lengths[-1]) * np.dtype(self.dtype).itemsize if count else 0
         if size != want:
-            raise ValueError(f"{bin_path} holds {size} bytes, its index describes {want}")
+            raise StageError(f"{bin_path} holds {size} bytes, its index describes {want}")
         self._bin = np.memmap(bin_path, dtype=self.dtype, mode="r") if size else np.zeros(0, dtype=self.dtype)
 
     def __len__(self) -> int:
