@@ -1,5 +1,5 @@
-"""What a folder of each artifact kind must hold for the stages that read it (stages/formats.py,
-stages/lm.py, stages/eval.py, stages/rm.py): checked when a user brings their own with `jobs add`,
+"""What a folder of each artifact kind must hold for the stages that read it (stages/ml/formats.py,
+stages/ml/lm.py, stages/eval.py, stages/rm.py): checked when a user brings their own with `jobs add`,
 so a corpus without train.txt is refused in one line there, not in the job after a queue wait.
 
 Only the standard library: `jobs add` checks without importing torch.

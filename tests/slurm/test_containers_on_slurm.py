@@ -214,7 +214,7 @@ def test_nano3_toy_chain_runs_through_the_container_path_and_each_stage_reads_it
     toy scale on the dev cluster, each stage started by runtime.bootstrap under ch-run: prep_pretrain
     on the recipe's two nodes (its Ray tasks on both write the tokens of a direct tokenization), the
     other prep stages for real, the torch training stages reading nano3's prepared formats
-    (stages/formats.py), export; then eval on vLLM (CPU) on the host."""
+    (stages/ml/formats.py), export; then eval on vLLM (CPU) on the host."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
