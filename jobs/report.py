@@ -68,7 +68,7 @@ def _walk(store, idx, runs: list[str], arts: list[str]) -> tuple[dict[str, str],
     for r in runs:
         nodes[r] = "run"
         view = store.run(r)
-        for role, ref in sorted((view.spec.get("pending_inputs") or {}).items()):
+        for role, ref in sorted((view.spec.pending_inputs or {}).items()):
             if role not in view.inputs and isinstance(ref, dict) and ref.get("run"):
                 nodes.setdefault(ref["run"], "run")     # not started yet: an edge from the run that will produce it
                 edges.add((ref["run"], r, f"{role} {PENDING}"))
@@ -410,9 +410,9 @@ def _run_section(store, idx, run: str, bad: dict[str, str | None]) -> str:
     e = html.escape
     v = store.run(run)
     s = v.spec
-    out = [f'<section class="run" id="run-{e(run)}"><h2>{e(s.get("recipe", "?"))}/{e(s.get("stage", "?"))} '
+    out = [f'<section class="run" id="run-{e(run)}"><h2>{e(s.recipe or "?")}/{e(s.stage or "?")} '
            f'<span class="state state-{e(v.state)}">{e(v.state)}</span></h2>',
-           f'<p class="meta">run {e(run)} · executor {e(str(s.get("executor")))} · created {e(_when(s.get("created")))}'
+           f'<p class="meta">run {e(run)} · executor {e(str(s.executor))} · created {e(_when(s.created))}'
            + (f" · {e(v.reason)}" if v.reason else "") + "</p>"]
     series = read_series(store.run_dir(run) / "metrics.jsonl")
     svg = _curves_svg(series)
@@ -437,14 +437,14 @@ def _run_section(store, idx, run: str, bad: dict[str, str | None]) -> str:
             for a in v.attempts)
         out.append("<h3>Attempts</h3><table><tr><th>attempt</th><th>job</th><th>host</th><th>start</th>"
                    f"<th>took</th><th>exit</th><th>why</th></tr>{rows}</table>")
-    env = s.get("environment") or {}
-    code = s.get("code") or {}
-    facts = [("container", s.get("container") or "none"),
-             ("image", s.get("container_image") or "none (ran in the host environment)"),
+    env = s.environment or {}
+    code = s.code or {}
+    facts = [("container", s.container or "none"),
+             ("image", s.container_image or "none (ran in the host environment)"),
              ("environment digest", env.get("digest")), ("python", env.get("python")),
              ("code", (code.get("git_sha") or "not a git checkout") + (" + uncommitted changes" if code.get("dirty") else "")),
-             ("code snapshot", code.get("snapshot")), ("run key", s.get("run_key")),
-             ("resources", json.dumps(s.get("resources") or {}, sort_keys=True)), ("folder", str(store.run_dir(run)))]
+             ("code snapshot", code.get("snapshot")), ("run key", s.run_key),
+             ("resources", json.dumps(s.resources or {}, sort_keys=True)), ("folder", str(store.run_dir(run)))]
     facts += [(f"tracker {k}", w) for k, w in sorted(v.trackers.items())]
     out.append("<h3>Environment</h3><table>" + "".join(
         f"<tr><td>{e(k)}</td><td><code>{e(str(x))}</code></td></tr>" for k, x in facts if x) + "</table>")
@@ -454,7 +454,7 @@ def _run_section(store, idx, run: str, bad: dict[str, str | None]) -> str:
             "\n".join(map(str, pkgs))
         out.append(f"<details><summary>{len(pkgs)} installed distributions</summary><pre>{e(listing)}</pre></details>")
     out.append("<details><summary>config</summary><pre>"
-               + e(json.dumps(s.get("config", {}), indent=2, sort_keys=True)) + "</pre></details>")
+               + e(json.dumps(s.config, indent=2, sort_keys=True)) + "</pre></details>")
     out.append("</section>")
     return "\n".join(out)
 

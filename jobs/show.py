@@ -59,7 +59,7 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
             return print_run(store, idx, run_id)
         v = store.run(run_id)
         doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
-               "spec": v.spec, "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers}
+               "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers}
         print(json.dumps(doc, sort_keys=True, default=str))
         return None
     art = store.resolve_artifact(ident)
@@ -81,26 +81,26 @@ def print_run(store, idx, run_id: str) -> None:
     v = store.run(run_id)
     s = v.spec
     print(f"run       {v.id}")
-    print(f"recipe    {s['recipe']} / {s['stage']}   executor {s.get('executor')}")
+    print(f"recipe    {s.recipe} / {s.stage}   executor {s.executor}")
     print(f"state     {v.state}" + (f"  ({v.reason})" if v.reason else ""))
-    print(f"created   {_when(s['created'])}   updated {_when(v.updated)}")
-    code = s.get("code", {})
+    print(f"created   {_when(s.created)}   updated {_when(v.updated)}")
+    code = s.code
     print(f"code      {code.get('git_sha') or 'not a git checkout'}" + ("  (+ uncommitted " + str(code.get("diff_digest")) + ")" if code.get("dirty") else ""))
-    env = s.get("environment", {})
+    env = s.environment
     print(f"env       python {env.get('python')}  {env.get('digest')}")
-    if s.get("container_image"):
+    if s.container_image:
         ran = sorted({a["image"] for a in v.attempts if a.get("image")})
-        bundle = (s.get("runtime_bundle") or {}).get("digest")
-        print(f"image     {s['container_image']}" + (f"  ({s['container_runtime']})" if s.get("container_runtime") else "")
-              + (f"   ran in {', '.join(ran)}" if ran and ran != [s["container_image"]] else ""))
+        bundle = (s.runtime_bundle or {}).get("digest")
+        print(f"image     {s.container_image}" + (f"  ({s.container_runtime})" if s.container_runtime else "")
+              + (f"   ran in {', '.join(ran)}" if ran and ran != [s.container_image] else ""))
         if bundle:
-            pkgs = " ".join(f"{k}=={x}" for k, x in sorted((s["runtime_bundle"].get("packages") or {}).items()))
+            pkgs = " ".join(f"{k}=={x}" for k, x in sorted((s.runtime_bundle.get("packages") or {}).items()))
             print(f"bundle    {bundle}  {pkgs}")
-    if s.get("run_key"):
-        print(f"run_key   {s['run_key']}")
+    if s.run_key:
+        print(f"run_key   {s.run_key}")
     for role, art in sorted(v.inputs.items()):
         print(f"input     {role:<10} {art}")
-    for role, ref in sorted(s.get("pending_inputs", {}).items()):
+    for role, ref in sorted(s.pending_inputs.items()):
         if role not in v.inputs:
             print(f"input     {role:<10} (from run {ref['run']} output {ref['output']}, when it starts)")
     for name, art in sorted(v.outputs.items()):
@@ -117,13 +117,13 @@ def print_run(store, idx, run_id: str) -> None:
     if v.metrics:
         print("metrics   " + "  ".join(f"{k}={_num(x)}" for k, x in sorted(v.metrics.items())))
     print(f"folder    {store.run_dir(run_id)}")
-    if s.get("reproduces"):
-        print(f"reproduces {s['reproduces']}")
-    for what, d in sorted(s.get("env_drift", {}).items()):
+    if s.reproduces:
+        print(f"reproduces {s.reproduces}")
+    for what, d in sorted((s.env_drift or {}).items()):
         ran = d.get("ran")
         print(f"drift     {what}: recorded {d.get('recorded')}, ran {ran}"
               + (f" ({'; '.join(d['changes'][:5])})" if d.get("changes") else ""))
-    print("config    " + json.dumps(s["config"], sort_keys=True))
+    print("config    " + json.dumps(s.config, sort_keys=True))
 
 
 def _num(x) -> str:

@@ -78,7 +78,7 @@ def reconcile(store: Store, view: RunView, live: Live | None) -> RunView:
         return view
     reason = None
     if live.state == "CANCELLED":
-        ups = sorted({ref["run"] for ref in view.spec.get("pending_inputs", {}).values()})
+        ups = sorted({ref["run"] for ref in view.spec.pending_inputs.values()})
         failed = [u for u in ups if store.run(u).state in (RunState.FAILED, RunState.CANCELLED)]
         if failed:  # Slurm cancels a job whose afterok can never be met (kill_invalid_depend)
             reason = f"not run: upstream run {', '.join(failed)} did not succeed"
@@ -205,7 +205,7 @@ def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row
     out = []
     for view, live in statuses(store, run_ids):
         job = slurm_job(view)
-        row = Row(view.id, view.spec.get("stage", "?"), view.state,
+        row = Row(view.id, view.spec.stage or "?", view.state,
                   f"{job} {live.state}" if job and live else (job or "local"),
                   why=(live.reason if live and live.reason else "") or (view.reason or ""))
         if live is not None and live.state == "PENDING" and view.state not in TERMINAL:
@@ -400,7 +400,7 @@ def lost(view: RunView) -> RunView:
     spec = view.spec
     return replace(view, state=RunState.LOST, reason=(
         f"process {attempt['pid']} on {attempt['host']} is gone without recording an end; resubmit: "
-        f"jobs submit {spec.get('recipe')} --stage {spec.get('stage')} --force, or jobs reproduce {view.id}"))
+        f"jobs submit {spec.recipe} --stage {spec.stage} --force, or jobs reproduce {view.id}"))
 
 
 def cancel(store: Store, view: RunView) -> str:
@@ -424,7 +424,7 @@ def cancel(store: Store, view: RunView) -> str:
     problem = process_problem(attempt, view.id)
     if problem:
         hint = "" if "cancel it there" in problem else (
-            f"; resubmit: jobs submit {view.spec.get('recipe')} --stage {view.spec.get('stage')} --force")
+            f"; resubmit: jobs submit {view.spec.recipe} --stage {view.spec.stage} --force")
         raise JobsError(f"run {view.id} not cancelled: {problem}; nothing signalled{hint}")
     pid, pgid = attempt["pid"], attempt.get("pgid")
     # The group the job made for itself (runtime.entry): only when the PID still leads it.
@@ -439,7 +439,7 @@ def cancel(store: Store, view: RunView) -> str:
     except ProcessLookupError:
         pass
     said = f"SIGKILL to pid {pid} and its process group" if group is not None else f"SIGKILL to pid {pid}"
-    if view.spec.get("ray") and attempt.get("job_id"):
+    if view.spec.ray and attempt.get("job_id"):
         from runtime.ray_cluster import reap
 
         killed = reap(str(attempt["job_id"]), attempt["host"])

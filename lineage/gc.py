@@ -74,7 +74,7 @@ def kept(store: Store) -> dict[str, str]:
         if run in pinned:
             why.setdefault(art, f"output of pinned run {run}")
     for row in idx.runs():
-        snap = store.run_spec(row["id"]).get("code", {}).get("snapshot")
+        snap = store.run_spec(row["id"]).code.get("snapshot")
         if snap:
             why.setdefault(snap, f"code of run {row['id']}")
     return why

@@ -54,6 +54,7 @@ from lineage.errors import Ambiguous, Corrupt, Damaged, LineageError, NotFound, 
 from lineage.ids import fanout, uuid7
 from lineage.records import open_folder, read_kind, read_record, write_record
 from lineage.states import RunState
+from lineage.runspec import RunSpec
 
 MARKER = "jobs-store.json"
 ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
@@ -77,7 +78,7 @@ class RunView:
     """A run as its records say it is now."""
 
     id: str
-    spec: dict
+    spec: RunSpec
     state: str = RunState.QUEUED
     reason: str | None = None
     inputs: dict[str, str] = field(default_factory=dict)
@@ -90,8 +91,8 @@ class RunView:
     updated: float = 0.0
 
 
-def fold(run_id: str, spec: dict, events: list[dict]) -> RunView:
-    view = RunView(id=run_id, spec=spec, inputs=dict(spec.get("inputs", {})), updated=spec.get("created", 0.0))
+def fold(run_id: str, spec: RunSpec, events: list[dict]) -> RunView:
+    view = RunView(id=run_id, spec=spec, inputs=dict(spec.inputs), updated=spec.created or 0.0)
     for ev in sorted(events, key=lambda e: (e["time"], e["id"])):
         kind = ev["kind"]
         if kind == "status":
@@ -264,7 +265,7 @@ class Store:
         return hashing.StatCache(self.cache / "stat.sqlite")
 
     # ---- runs ----------------------------------------------------------------------------
-    def create_run(self, spec: dict) -> str:
+    def create_run(self, spec: RunSpec | dict) -> str:
         """Record a QUEUED run and make its folder. Every folder it writes in is checked (no link on
         the way) before the first file is written, so a refused run leaves no half record."""
         run_id = uuid7()
@@ -275,7 +276,8 @@ class Store:
                 os.close(open_folder(self.root, rel))
             except FileNotFoundError:
                 pass  # made below, with no link in the way
-        write_record(self._path("run", run_id), {"id": run_id, "created": time.time(), **spec}, root=self.root)
+        body = spec.to_json() if isinstance(spec, RunSpec) else spec
+        write_record(self._path("run", run_id), {"id": run_id, "created": time.time(), **body}, root=self.root)
         self.add_event(run_id, "status", state=RunState.QUEUED)
         self.folder(Path("runs") / run_id)
         return run_id
@@ -295,11 +297,11 @@ class Store:
             return []
         return [read_kind(p, "event") for p in sorted(folder.iterdir()) if not p.name.startswith(".")]
 
-    def run_spec(self, run_id: str) -> dict:
+    def run_spec(self, run_id: str) -> RunSpec:
         path = self._path("run", run_id)
         if not path.exists():
             raise NotFound(f"no run {run_id} in {self.root}")
-        return read_kind(path, "run")
+        return RunSpec.from_json(read_kind(path, "run"))
 
     def run(self, run_id: str) -> RunView:
         """The run's current view, read from its records (the index is not needed); paths it holds

@@ -351,7 +351,7 @@ class SlurmExecutor:
             store.add_event(run_id, "job", executor="slurm", job_id=job.job_id, folder=str(folder),
                             image=prep.image.reference if prep.image else None,
                             dependency=params.get("dependency"))
-            echo(f"{run_id}  {spec['stage']:<9} submitted as Slurm job {job.job_id}"
+            echo(f"{run_id}  {spec.stage:<9} submitted as Slurm job {job.job_id}"
                  + (f" (after {', '.join(ups)})" if ups else ""))
         return True
 
