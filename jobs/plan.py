@@ -213,7 +213,7 @@ def cached(store: Store, plan: Plan, facts: list[dict] | None = None) -> dict[st
 
     A stage downstream of a reused one is checked with the reused run's outputs as its inputs.
     """
-    if not (store.root / "records").exists():
+    if not store.has_records():
         return {}
     idx = store.index()
     reused: dict[str, str] = {}

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from jobs.errors import JobsError
 from lineage.errors import LineageError
+from lineage.layout import RunDir
 
 RUN_FILL, ART_FILL, TARGET_EDGE = "#d6e6f5", "#fbe3c4", "#c0392b"
 MAX_POINTS = 4000          # per curve: a longer series is thinned so the SVG stays small
@@ -414,7 +415,7 @@ def _run_section(store, idx, run: str, bad: dict[str, str | None]) -> str:
            f'<span class="state state-{e(v.state)}">{e(v.state)}</span></h2>',
            f'<p class="meta">run {e(run)} · executor {e(str(s.executor))} · created {e(_when(s.created))}'
            + (f" · {e(v.reason)}" if v.reason else "") + "</p>"]
-    series = read_series(store.run_dir(run) / "metrics.jsonl")
+    series = read_series(RunDir(store.run_dir(run)).metrics)
     svg = _curves_svg(series)
     if svg:
         out.append('<h3>Metrics</h3><div class="curves">' + inline_svg(svg) + "</div>")

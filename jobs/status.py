@@ -29,6 +29,7 @@ from typing import Callable
 
 from jobs.errors import JobsError
 from lineage import Store
+from lineage.layout import RunDir
 from lineage.states import TERMINAL, RunState
 from lineage.store import RunView
 from runtime.attempts import boot_id, proc_start
@@ -160,10 +161,8 @@ def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
     """{step, total, loss, eta_s} of a running stage: its progress.json (stages.tracking.Progress),
     else the last line of metrics.jsonl with a loss. The ETA counts down from when it was written,
     and only the attempt that wrote it has one."""
-    from stages.tracking import PROGRESS_FILE
-
     try:
-        p = json.loads(_read_text(run_dir / PROGRESS_FILE))
+        p = json.loads(_read_text(RunDir(run_dir).progress))
         eta = p.get("eta_s")
         if eta is not None and p.get("attempt") == attempt:
             eta = max(0.0, eta - (now - p["time"]))
@@ -173,7 +172,7 @@ def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        f = open_regular(run_dir / "metrics.jsonl")
+        f = open_regular(RunDir(run_dir).metrics)
         if f is None:
             return {}
         with f:
@@ -267,7 +266,7 @@ def follow_logs(store: Store, run_id: str, task: int = 0, follow: bool = False,
 
     Returns the number of bytes printed. JobsError when there is nothing to show and not following.
     """
-    folder = store.run_dir(run_id) / "logs"
+    folder = RunDir(store.run_dir(run_id)).logs
     shown, offsets, printed, asked = None, {}, 0, 0.0
     while True:
         view = lost(store.run(run_id))   # a LOST run never ends: stop following it

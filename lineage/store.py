@@ -52,7 +52,9 @@ from typing import Any
 from lineage import hashing, refs
 from lineage.errors import Ambiguous, Corrupt, Damaged, LineageError, NotFound, StoreUnusable, Unsafe, show_path
 from lineage.ids import fanout, uuid7
+from lineage.layout import RECORDS, run_path
 from lineage.records import open_folder, read_kind, read_record, write_record
+from lineage.runspec import RunSpec
 from lineage.states import RunState
 from lineage.runspec import RunSpec
 
@@ -248,14 +250,21 @@ class Store:
         return self.records / kind / fanout(ident) / f"{ident}.json"
 
     def run_dir(self, run_id: str) -> Path:
-        """The run's folder. Refused (Unsafe) when `runs/` or the run's folder is a symbolic link:
-        a job would write its outputs and logs wherever the link points."""
-        folder = self.root / "runs" / run_id
+        """The run's folder (its layout: lineage.layout.RunDir). Refused (Unsafe) when `runs/` or the
+        run's folder is a symbolic link: a job would write its outputs and logs wherever the link points."""
+        folder = run_path(self.root, run_id)
         for p in (folder.parent, folder):
             if os.path.islink(p):
                 raise Unsafe(f"store {show_path(self.root)}: {show_path(p.relative_to(self.root))} is a symbolic "
                              "link; a run's folder must be a real folder inside the store (move the link away)")
         return folder
+
+    def has_records(self) -> bool:
+        """Whether anything was ever recorded here."""
+        return (self.root / RECORDS).exists()
+
+    def has_artifact(self, art_id: str) -> bool:
+        return os.path.lexists(self._path("artifact", art_id))
 
     @property
     def cache(self) -> Path:

@@ -15,6 +15,7 @@ from typing import Callable
 
 from jobs.executors import Prepared
 from lineage import Store
+from lineage.layout import RunDir
 from lineage.states import RunState
 from runtime.entry import StageJob
 
@@ -42,7 +43,7 @@ class LocalExecutor:
                 store.add_event(run_id, "status", state=RunState.CANCELLED, reason=f"upstream run {failed[0]} did not succeed")
                 echo(f"{run_id}  {spec.stage:<9} CANCELLED (upstream failed)")
                 continue
-            folder = store.run_dir(run_id) / "logs"
+            folder = RunDir(store.run_dir(run_id)).logs
             executor = submitit.LocalExecutor(folder=folder)
             executor.update_parameters(timeout_min=int(spec.resources.get("time_min", 60)))
             echo(f"{run_id}  {spec.stage:<9} running (logs: {folder})")
@@ -83,7 +84,7 @@ PLAIN_EVERY_S = 30.0
 def watch(job, run_dir: Path, stage: str, echo: Callable[[str], None], poll_s: float = 0.5) -> None:
     """Wait for the job, showing what its progress.json says: a bar redrawn in place when stdout is
     a terminal; else a plain line when the step moved and PLAIN_EVERY_S has passed."""
-    from stages.tracking import PROGRESS_FILE, duration
+    from stages.tracking import duration
 
     tty = sys.stdout.isatty()
     bar, seen, said = None, None, time.monotonic()
@@ -91,7 +92,7 @@ def watch(job, run_dir: Path, stage: str, echo: Callable[[str], None], poll_s: f
         while not job.done():
             time.sleep(poll_s)
             try:
-                p = json.loads((run_dir / PROGRESS_FILE).read_text())
+                p = json.loads(RunDir(run_dir).progress.read_text())
                 step, total = int(p["step"]), int(p["total"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue   # not training yet (loading, or a stage without a loop)
