@@ -1,6 +1,8 @@
-"""CLI words -> a Plan: composed configs, resolved inputs, code and environment, per stage.
+"""CLI words -> a Plan: composed configs, resolved inputs, code and environment, per stage, and
+from a plan each stage's run record (`run_spec`).
 
-Nothing here writes to the store: every error a user can cause is raised before a record exists.
+Nothing here writes: every error a user can cause is raised before a record exists; the run cache
+and the records are jobs/record.py's.
 """
 from __future__ import annotations
 
@@ -191,7 +193,6 @@ def _heal_hint(store: Store, art: str) -> str:
     return f" (run: jobs submit {spec.recipe} --stage {spec.stage} --force)"
 
 
-
 def run_spec(plan: Plan, i: int, facts: list[dict] | None, inputs: dict, pending: dict) -> RunSpec:
     """Stage `i`'s run record as it is written: secrets from the environment redacted
     (lineage.secrets.redact), the executor's facts added."""
@@ -206,58 +207,3 @@ def run_spec(plan: Plan, i: int, facts: list[dict] | None, inputs: dict, pending
         code=plan.code, environment=plan.environment,
         **(facts[i] if facts else {}),
     )
-
-
-def cached(store: Store, plan: Plan, facts: list[dict] | None = None) -> dict[str, str]:
-    """Stages whose exact run already SUCCEEDED and whose outputs still verify: stage -> that run.
-
-    A stage downstream of a reused one is checked with the reused run's outputs as its inputs.
-    """
-    if not store.has_records():
-        return {}
-    idx = store.index()
-    reused: dict[str, str] = {}
-    outputs: dict[str, dict] = {}
-    for i, sp in enumerate(plan.stages):
-        if any(st not in reused for st, _ in sp.upstream.values()):
-            continue
-        inputs = {**sp.inputs, **{role: outputs[st][out] for role, (st, out) in sp.upstream.items()}}
-        key = run_spec(plan, i, facts, inputs, {}).key()
-        for candidate in idx.runs_with_key(key):
-            view = store.run(candidate)
-            try:
-                for art in view.outputs.values():
-                    store.verify(art)
-            except LineageError:
-                continue
-            reused[sp.stage], outputs[sp.stage] = candidate, view.outputs
-            break
-    return reused
-
-
-def record(store: Store, plan: Plan, facts: list[dict] | None = None,
-           reused: dict[str, str] | None = None) -> list[str]:
-    """Write one QUEUED run record per stage not reused; downstream stages point at upstream run IDs.
-
-    `facts` adds the executor's facts per stage (the container digest, the profile) to the records.
-    Inputs that come from a reused run are resolved now, to that run's outputs.
-    """
-    from jobs.provenance import store_snapshot
-
-    reused = reused or {}
-    store_snapshot(store, plan.code)
-    run_ids: dict[str, str] = {}
-    for i, sp in enumerate(plan.stages):
-        if sp.stage in reused:
-            continue
-        inputs, pending = dict(sp.inputs), {}
-        for role, (st, out) in sp.upstream.items():
-            if st in reused:
-                inputs[role] = store.run(reused[st]).outputs[out]
-            else:
-                pending[role] = {"run": run_ids[st], "output": out}
-        spec = run_spec(plan, i, facts, inputs, pending)
-        if not pending:
-            spec = spec.with_(run_key=spec.key())
-        run_ids[sp.stage] = store.create_run(spec)
-    return [run_ids[sp.stage] for sp in plan.stages if sp.stage in run_ids]
