@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lineage import refs
-from lineage.errors import LineageError, show_path
+from lineage.errors import LineageError
 from lineage.layout import Snapshot, kept_snapshots
 from lineage.records import read_kind
 from lineage.store import Store

@@ -64,8 +64,8 @@ def check_folders(root: Path, name: str) -> None:
         except FileNotFoundError:
             return
         if not stat.S_ISDIR(st.st_mode):
-            kind = "a symbolic link (pass its target, or copy the file in)" if stat.S_ISLNK(st.st_mode) else \
-                "a file" if stat.S_ISREG(st.st_mode) else "not a regular file"
+            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a file" if stat.S_ISREG(st.st_mode) \
+                else "not a folder"
             raise Damaged(f"damaged store: {show_path(at)} is {kind}, where the folder of name "
                           f"{'/'.join(at.relative_to(root).parts)} belongs; move it aside")
 
