@@ -63,54 +63,19 @@ def _scope(store, idx, target: str) -> tuple[str, list[str], list[str], str | No
 def _walk(store, idx, runs: list[str], arts: list[str]) -> tuple[dict[str, str], set[tuple[str, str, str]]]:
     """Nodes (id -> "run"|"art") and edges (src, dst, role): the runs' inputs and outputs, everything
     upstream of them and of the seed artifacts, and everything downstream of the seeds."""
+    from lineage.graph import walk
+
     nodes: dict[str, str] = {}
     edges: set[tuple[str, str, str]] = set()
-    up, down = [], list(arts)
     for r in runs:
-        nodes[r] = "run"
         view = store.run(r)
         for role, ref in sorted((view.spec.pending_inputs or {}).items()):
             if role not in view.inputs and isinstance(ref, dict) and ref.get("run"):
                 nodes.setdefault(ref["run"], "run")     # not started yet: an edge from the run that will produce it
                 edges.add((ref["run"], r, f"{role} {PENDING}"))
-        for e in idx.edges_of(r, "in"):
-            edges.add((e["artifact"], r, e["role"]))
-            up.append(e["artifact"])
-        for e in idx.edges_of(r, "out"):
-            edges.add((r, e["artifact"], e["role"]))
-            nodes[e["artifact"]] = "art"
-    up += arts
-    seen: set[str] = set()
-    while up:
-        a = up.pop()
-        if a in seen:
-            continue
-        seen.add(a)
-        nodes[a] = "art"
-        made = idx.producer(a)
-        # Runs that wrote the same bytes again (a re-run, a changed checkout) add nothing to the
-        # picture: one producer, the shown run if any, else the newest.
-        made = [p for p in made if p["run"] in runs] or sorted(made, key=lambda p: p["run"])[-1:]
-        for p in made:
-            nodes[p["run"]] = "run"
-            edges.add((p["run"], a, p["role"]))
-            for e in idx.edges_of(p["run"], "in"):
-                edges.add((e["artifact"], p["run"], e["role"]))
-                up.append(e["artifact"])
-    seen = set()
-    while down:
-        a = down.pop()
-        if a in seen:
-            continue
-        seen.add(a)
-        nodes[a] = "art"
-        for c in idx.consumers(a):
-            nodes[c["run"]] = "run"
-            edges.add((a, c["run"], c["role"]))
-            for e in idx.edges_of(c["run"], "out"):
-                edges.add((c["run"], e["artifact"], e["role"]))
-                down.append(e["artifact"])
-    return nodes, edges
+    walked, more = walk(idx, arts, runs, one_producer=True)
+    nodes.update(walked)
+    return nodes, edges | more
 
 
 def _art_label(idx, art: str) -> str:

@@ -159,9 +159,8 @@ def print_artifact(store, idx, art_id: str) -> None:
 
 # ---- lineage --------------------------------------------------------------------------------
 def _graph(idx, art_id: str):
-    """Nodes and edges of everything upstream and downstream of `art_id`."""
-    nodes: dict[str, str] = {}
-    edges: set[tuple[str, str, str]] = set()
+    """Nodes (ID -> label) and edges of everything upstream and downstream of `art_id`."""
+    from lineage.graph import walk
 
     def label_art(a: str) -> str:
         names = idx.names_of(a)
@@ -171,33 +170,8 @@ def _graph(idx, art_id: str):
         row = idx.run_row(r)
         return f"{row['recipe']}/{row['stage']} {r[:13]}" if row else r[:13]
 
-    todo, seen = [art_id], set()
-    while todo:                                        # ancestry
-        a = todo.pop()
-        if a in seen:
-            continue
-        seen.add(a)
-        nodes[a] = label_art(a)
-        for p in idx.producer(a):
-            nodes[p["run"]] = label_run(p["run"])
-            edges.add((p["run"], a, p["role"]))
-            for inp in idx.edges_of(p["run"], "in"):
-                edges.add((inp["artifact"], p["run"], inp["role"]))
-                todo.append(inp["artifact"])
-    todo, seen = [art_id], set()
-    while todo:                                        # descendants
-        a = todo.pop()
-        if a in seen:
-            continue
-        seen.add(a)
-        nodes[a] = label_art(a)
-        for c in idx.consumers(a):
-            nodes[c["run"]] = label_run(c["run"])
-            edges.add((a, c["run"], c["role"]))
-            for out in idx.edges_of(c["run"], "out"):
-                edges.add((c["run"], out["artifact"], out["role"]))
-                nodes[out["artifact"]] = label_art(out["artifact"])
-                todo.append(out["artifact"])
+    kinds, edges = walk(idx, [art_id])
+    nodes = {n: label_art(n) if kind == "art" else label_run(n) for n, kind in kinds.items()}
     return nodes, sorted(edges)
 
 
@@ -230,33 +204,23 @@ def lineage(store, idx, art_id: str, fmt: str = "text") -> str:
 def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
     lines = [f"{nodes[art_id]}", "ancestry:"]
 
-    def up(a: str, depth: int, seen: set) -> None:
-        for p in idx.producer(a):
-            lines.append("  " * depth + f"<- {nodes[p['run']]}  (as {p['role']})")
-            if p["run"] in seen:
+    def branch(a: str, depth: int, seen: set, links, across: str, arrow: str) -> None:
+        for link in links(a):
+            lines.append("  " * depth + f"{arrow} {nodes[link['run']]}  (as {link['role']})")
+            if link["run"] in seen:
                 continue
-            seen.add(p["run"])
-            for inp in idx.edges_of(p["run"], "in"):
-                lines.append("  " * (depth + 1) + f"<- [{inp['role']}] {nodes.get(inp['artifact'], inp['artifact'][:12])}")
-                up(inp["artifact"], depth + 2, seen)
-
-    def down(a: str, depth: int, seen: set) -> None:
-        for c in idx.consumers(a):
-            lines.append("  " * depth + f"-> {nodes[c['run']]}  (as {c['role']})")
-            if c["run"] in seen:
-                continue
-            seen.add(c["run"])
-            for out in idx.edges_of(c["run"], "out"):
-                lines.append("  " * (depth + 1) + f"-> [{out['role']}] {nodes[out['artifact']]}")
-                down(out["artifact"], depth + 2, seen)
+            seen.add(link["run"])
+            for e in idx.edges_of(link["run"], across):
+                lines.append("  " * (depth + 1) + f"{arrow} [{e['role']}] {nodes.get(e['artifact'], e['artifact'][:12])}")
+                branch(e["artifact"], depth + 2, seen, links, across, arrow)
 
     n = len(lines)
-    up(art_id, 1, set())
+    branch(art_id, 1, set(), idx.producer, "in", "<-")
     if len(lines) == n:
         lines.append("  (registered directly, no producing run)")
     lines.append("descendants:")
     n = len(lines)
-    down(art_id, 1, set())
+    branch(art_id, 1, set(), idx.consumers, "out", "->")
     if len(lines) == n:
         lines.append("  (none yet)")
     return "\n".join(lines)
