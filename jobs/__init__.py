@@ -1,1 +1,2 @@
-"""The launcher: CLI, recipe composition, planning, executors and the in-allocation entry."""
+"""The launcher, on the login node: CLI, recipe composition, planning, recording, executors, and the
+commands that answer queries. What runs inside the allocation is runtime/."""
