@@ -144,38 +144,6 @@ def copy_tree(src: Path, dest: Path) -> list[dict]:
     return sorted(entries, key=lambda e: e["path"])
 
 
-def _check_ref_folders(store, name: str) -> None:
-    """Each folder on the way to the name's versions is a real folder, or absent: a file or link in
-    its place is refused now, before anything is copied, not after the artifact is recorded."""
-    from lineage.errors import Damaged, show_path
-
-    at = store.refs
-    for word in name.split("/"):
-        at = at / word
-        try:
-            st = at.lstat()
-        except FileNotFoundError:
-            return
-        if not stat.S_ISDIR(st.st_mode):
-            raise Damaged(f"damaged store: {show_path(at)} is {_kind_of(st)}, where the folder of name "
-                          f"{'/'.join(at.relative_to(store.refs).parts)} belongs; move it aside")
-
-
-def _holding_version(store, name: str, art: str) -> int | None:
-    """The newest version of `name` that points at `art`, or None."""
-    from lineage import refs
-    from lineage.errors import LineageError
-
-    folder = store.refs / name
-    for v in reversed(refs.versions(store.refs, name)):
-        try:
-            if refs.read(refs.version_path(folder, v))["artifact"] == art:
-                return v
-        except LineageError:
-            continue
-    return None
-
-
 def _verifies(store, art: str) -> bool:
     from lineage.errors import LineageError
 
@@ -192,7 +160,7 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
     from lineage import Store, refs
     from lineage.hashing import artifact_id
     from lineage.ids import uuid7
-    from lineage.ids import fanout
+    from lineage.layout import import_path
     from lineage.secrets import redact
     from lineage.store import MARKER
 
@@ -211,9 +179,9 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
 
     existed = (Path(store_root).expanduser() / MARKER).exists()
     if existed:
-        _check_ref_folders(Store(store_root), name)
+        refs.check_folders(Store(store_root).refs, name)
     store = Store.open(store_root, create=True)
-    dest = store.root / "imports" / uuid7() / (src.name or "data")
+    dest = import_path(store.root, uuid7(), src.name or "data")
     try:
         store.ensure_writable()
         dest.parent.mkdir(parents=True)
@@ -224,13 +192,13 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
             if had != kind:
                 raise InputError(same_bytes_other_kind(store, art, had, kind, kinds))
             _remove(dest.parent)
-            held = _holding_version(store, name, art)
+            held = refs.holding_version(store.refs, name, art)
             if held is not None:
                 return Added(art, name, held, new_version=False, copied=False)
             return Added(art, name, refs.add(store.refs, name, art, None), new_version=True, copied=False)
         origin = redact({"path": str(src.absolute()), "host": socket.gethostname(), "user": getpass.getuser(),
                          "source": source, "revision": revision, "added": time.time()})
-        fresh = not os.path.lexists(store.records / "artifact" / fanout(art) / f"{art}.json")
+        fresh = not store.has_artifact(art)
         registered = store.register(dest, kind=kind, metadata={"origin": origin})
         if registered != art:  # changed between the copy and the registration: keep nothing of it
             raise InputError(f"{path} changed while it was copied; add it again")

@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from jobs.errors import JobsError
+from lineage.layout import runtime_path
 
 #: The distributions a job imports before the stage runs, beyond the standard library and this
 #: project: submitit and its requirements (the closure is followed from the installed metadata).
@@ -29,7 +30,6 @@ ROOTS = ("submitit",)
 METADATA_FILES = ("METADATA", "top_level.txt")
 #: Compiled files never travel: they are built for one Python and one platform.
 COMPILED = (".so", ".pyd", ".dylib", ".pyc")
-FOLDER = "runtime"
 
 
 class BundleError(JobsError):
@@ -45,7 +45,7 @@ class Bundle:
     files: dict                       # relative path in the bundle -> source file
 
     def path(self, store_root: Path) -> Path:
-        return Path(store_root) / FOLDER / self.digest.split(":", 1)[1]
+        return runtime_path(store_root) / self.digest.split(":", 1)[1]
 
     def record(self, store_root: Path) -> dict:
         return {"digest": self.digest, "path": str(self.path(store_root)), "packages": self.packages}

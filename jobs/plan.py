@@ -1,6 +1,8 @@
-"""CLI words -> a Plan: composed configs, resolved inputs, code and environment, per stage.
+"""CLI words -> a Plan: composed configs, resolved inputs, code and environment, per stage, and
+from a plan each stage's run record (`run_spec`).
 
-Nothing here writes to the store: every error a user can cause is raised before a record exists.
+Nothing here writes: every error a user can cause is raised before a record exists; the run cache
+and the records are jobs/record.py's.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from jobs.chains import Chains
 from jobs.errors import InputError, RecipeError
 from lineage import Store
 from lineage.errors import LineageError
-from lineage.ids import run_key
+from lineage.runspec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,11 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
 
     plans, notes = [], []
     chains = Chains(store, recipe, names)
-    for spec in selected:
+    for st in selected:
         resolved, upstream = {}, {}
-        chooser = chains.start(spec.name)
-        for inp in chains.order(spec, explicit):
-            given = explicit.get(f"{spec.name}.{inp.role}", explicit.get(inp.role))
+        chooser = chains.start(st.name)
+        for inp in chains.order(st, explicit):
+            given = explicit.get(f"{st.name}.{inp.role}", explicit.get(inp.role))
             if given is not None:
                 resolved[inp.role] = _resolve(store, given, inp)
                 chooser.explicit(inp.role, given, resolved[inp.role])
@@ -89,19 +91,19 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
                         resolved[inp.role] = _resolve(store, alias, inp)
                     except LineageError:
                         raise InputError(
-                            f"stage {spec.name} needs input {inp.role} ({inp.kind}) and no {alias} exists: "
+                            f"stage {st.name} needs input {inp.role} ({inp.kind}) and no {alias} exists: "
                             f"run `jobs submit {recipe.name} --stage {inp.stage}` first or pass --input {inp.role}=ART"
                         ) from None
                 chooser.default(inp.role, resolved[inp.role])
         notes += chooser.finish()
-        config = recipes.compose(recipe, spec.name, routed[spec.name])
-        _check_config(recipe.name, spec, config)
+        config = recipes.compose(recipe, st.name, routed[st.name])
+        _check_config(recipe.name, st, config)
         plans.append(StagePlan(
-            recipe=recipe.name, stage=spec.name, module=spec.module, config=config,
+            recipe=recipe.name, stage=st.name, module=st.module, config=config,
             inputs=resolved, upstream=upstream,
-            input_kinds={i.role: i.kind for i in spec.inputs},
-            outputs=dict(spec.outputs), resources=dict(spec.resources),
-            container=spec.container, ray=spec.ray,
+            input_kinds={i.role: i.kind for i in st.inputs},
+            outputs=dict(st.outputs), resources=dict(st.resources),
+            container=st.container, ray=st.ray,
         ))
     return Plan(recipe=recipe.name, executor=executor, stages=plans, code=code_state(), environment=python_env(),
                 notes=notes)
@@ -115,7 +117,7 @@ def plan_from_record(store: Store, view, executor: str) -> Plan:
     from jobs.provenance import python_env
 
     s = view.spec
-    snapshot = s["code"].get("snapshot")
+    snapshot = s.code.get("snapshot")
     if not snapshot:
         raise InputError(f"run {view.id} recorded no code snapshot: it cannot be reproduced exactly")
     try:
@@ -123,14 +125,14 @@ def plan_from_record(store: Store, view, executor: str) -> Plan:
     except LineageError as e:
         raise InputError(f"run {view.id}: its code snapshot is corrupt, not used: {' '.join(str(e).split())}") from None
     stage = StagePlan(
-        recipe=s["recipe"], stage=s["stage"], module=s["module"], config=s["config"], inputs=dict(view.inputs),
-        upstream={}, input_kinds=dict(s.get("input_kinds", {})), outputs=dict(s["outputs"]),
-        resources=dict(s.get("resources", {})), container=s.get("container"), ray=bool(s.get("ray")))
-    code = {**s["code"], "root": store.artifact(snapshot)["path"]}
-    return Plan(recipe=s["recipe"], executor=executor, stages=[stage], code=code, environment=python_env())
+        recipe=s.recipe, stage=s.stage, module=s.module, config=s.config, inputs=dict(view.inputs),
+        upstream={}, input_kinds=dict(s.input_kinds), outputs=dict(s.outputs),
+        resources=dict(s.resources), container=s.container, ray=bool(s.ray))
+    code = {**s.code, "root": store.artifact(snapshot)["path"]}
+    return Plan(recipe=s.recipe, executor=executor, stages=[stage], code=code, environment=python_env())
 
 
-def _check_config(recipe: str, spec, config: dict) -> None:
+def _check_config(recipe: str, st, config: dict) -> None:
     """The stage contract: the module imports, has `run(ctx)`, and its `check_config(config)` (given
     `resources=` too when it takes them) finds no problem. Bad values are refused here, before
     anything is recorded, instead of failing inside the job after a queue wait."""
@@ -138,19 +140,19 @@ def _check_config(recipe: str, spec, config: dict) -> None:
 
     from stages.contract import StageModule
 
-    where = f"{recipe}/{spec.name}"
+    where = f"{recipe}/{st.name}"
     try:
-        module = importlib.import_module(spec.module)
+        module = importlib.import_module(st.module)
     except ImportError as e:
-        raise RecipeError(f"{where}: module {spec.module} cannot be imported here ({type(e).__name__}: {e})") from None
+        raise RecipeError(f"{where}: module {st.module} cannot be imported here ({type(e).__name__}: {e})") from None
     if not isinstance(module, StageModule) or not callable(module.run):
-        raise RecipeError(f"{where}: module {spec.module} has no run(ctx) (stages/contract.py StageModule)")
+        raise RecipeError(f"{where}: module {st.module} has no run(ctx) (stages/contract.py StageModule)")
     check = getattr(module, "check_config", None)
     try:
         if check is None:
             problems = []
         elif "resources" in inspect.signature(check).parameters:
-            problems = check(config, resources=dict(spec.resources))
+            problems = check(config, resources=dict(st.resources))
         else:
             problems = check(config)
     except (KeyError, TypeError, AttributeError) as e:  # a section or key the stage needs was removed or retyped
@@ -169,7 +171,7 @@ def _check_explicit_roles(explicit: dict[str, str], selected: list) -> None:
             raise InputError(f"--input {key}: no selected stage takes that input (inputs: {', '.join(roles) or 'none'})")
 
 
-def _resolve(store: Store, text: str, inp: recipes.InputSpec) -> str:
+def _resolve(store: Store, text: str, inp: recipes.RecipeInput) -> str:
     art_id = store.resolve_artifact(text)
     kind = store.artifact(art_id).get("kind")
     if kind != inp.kind:
@@ -200,83 +202,22 @@ def _heal_hint(store: Store, art: str) -> str:
         spec = store.run_spec(producer) if producer else None
     except (LineageError, OSError, ValueError):
         return ""
-    if not spec or "recipe" not in spec or "stage" not in spec:
+    if not spec or not spec.recipe or not spec.stage:
         return ""
-    return f" (run: jobs submit {spec['recipe']} --stage {spec['stage']} --force)"
+    return f" (run: jobs submit {spec.recipe} --stage {spec.stage} --force)"
 
 
-
-def _run_body(plan: Plan, i: int, facts: list[dict] | None, inputs: dict, pending: dict) -> dict:
-    sp = plan.stages[i]
-    return {
-        "recipe": sp.recipe, "stage": sp.stage, "module": sp.module, "config": sp.config,
-        "inputs": inputs, "pending_inputs": pending,
-        "input_kinds": sp.input_kinds, "outputs": sp.outputs, "resources": sp.resources,
-        "container": sp.container, "ray": sp.ray, "executor": plan.executor,
-        "code": plan.code, "environment": plan.environment,
-        **(facts[i] if facts else {}),
-    }
-
-
-def _recorded(plan: Plan, i: int, facts: list[dict] | None, inputs: dict, pending: dict) -> dict:
-    """The spec as it is recorded: secrets from the environment redacted (lineage.secrets.redact)."""
+def run_spec(plan: Plan, i: int, facts: list[dict] | None, inputs: dict, pending: dict) -> RunSpec:
+    """Stage `i`'s run record as it is written: secrets from the environment redacted
+    (lineage.secrets.redact), the executor's facts added."""
     from lineage.secrets import redact
 
-    spec = _run_body(plan, i, facts, inputs, pending)
-    spec["config"] = redact(spec["config"])
-    return spec
-
-
-def cached(store: Store, plan: Plan, facts: list[dict] | None = None) -> dict[str, str]:
-    """Stages whose exact run already SUCCEEDED and whose outputs still verify: stage -> that run.
-
-    A stage downstream of a reused one is checked with the reused run's outputs as its inputs.
-    """
-    if not (store.root / "records").exists():
-        return {}
-    idx = store.index()
-    reused: dict[str, str] = {}
-    outputs: dict[str, dict] = {}
-    for i, sp in enumerate(plan.stages):
-        if any(st not in reused for st, _ in sp.upstream.values()):
-            continue
-        inputs = {**sp.inputs, **{role: outputs[st][out] for role, (st, out) in sp.upstream.items()}}
-        key = run_key(_recorded(plan, i, facts, inputs, {}))
-        for candidate in idx.runs_with_key(key):
-            view = store.run(candidate)
-            try:
-                for art in view.outputs.values():
-                    store.verify(art)
-            except LineageError:
-                continue
-            reused[sp.stage], outputs[sp.stage] = candidate, view.outputs
-            break
-    return reused
-
-
-def record(store: Store, plan: Plan, facts: list[dict] | None = None,
-           reused: dict[str, str] | None = None) -> list[str]:
-    """Write one QUEUED run record per stage not reused; downstream stages point at upstream run IDs.
-
-    `facts` adds the executor's facts per stage (the container digest, the profile) to the records.
-    Inputs that come from a reused run are resolved now, to that run's outputs.
-    """
-    from jobs.provenance import store_snapshot
-
-    reused = reused or {}
-    store_snapshot(store, plan.code)
-    run_ids: dict[str, str] = {}
-    for i, sp in enumerate(plan.stages):
-        if sp.stage in reused:
-            continue
-        inputs, pending = dict(sp.inputs), {}
-        for role, (st, out) in sp.upstream.items():
-            if st in reused:
-                inputs[role] = store.run(reused[st]).outputs[out]
-            else:
-                pending[role] = {"run": run_ids[st], "output": out}
-        spec = _recorded(plan, i, facts, inputs, pending)
-        if not pending:
-            spec["run_key"] = run_key(spec)
-        run_ids[sp.stage] = store.create_run(spec)
-    return [run_ids[sp.stage] for sp in plan.stages if sp.stage in run_ids]
+    sp = plan.stages[i]
+    return RunSpec(
+        recipe=sp.recipe, stage=sp.stage, module=sp.module, config=redact(sp.config),
+        inputs=inputs, pending_inputs=pending,
+        input_kinds=sp.input_kinds, outputs=sp.outputs, resources=sp.resources,
+        container=sp.container, ray=sp.ray, executor=plan.executor,
+        code=plan.code, environment=plan.environment,
+        **(facts[i] if facts else {}),
+    )

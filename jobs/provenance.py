@@ -18,6 +18,7 @@ from pathlib import Path
 
 from jobs.errors import JobsError
 from lineage import Store, hashing
+from lineage.layout import CODE, code_path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("jobs", "runtime", "stages", "lineage", "recipes", "containers")
@@ -75,7 +76,7 @@ class CodeChanged(JobsError):
 
 def snapshot_path(store_root: Path, code: dict) -> Path:
     """Where the code snapshot of `code` (code_state()) lives in the store: what a container job runs."""
-    return Path(store_root) / "code" / code["snapshot"]
+    return code_path(store_root, code["snapshot"])
 
 
 def store_snapshot(store: Store, code: dict) -> str:
@@ -86,7 +87,7 @@ def store_snapshot(store: Store, code: dict) -> str:
     folder whose name is not the ID of its content.
     """
     art_id = code["snapshot"]
-    store.folder("code")   # code/ made without following a link planted on the way
+    store.folder(CODE)   # code/ made without following a link planted on the way
     final = snapshot_path(store.root, code)
     if not os.path.lexists(final):
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))

@@ -23,7 +23,7 @@ def recipe_dirs() -> list[Path]:
 
 
 @dataclass(frozen=True)
-class InputSpec:
+class RecipeInput:
     role: str
     stage: str      # upstream stage in the same recipe
     output: str     # that stage's output name
@@ -34,7 +34,7 @@ class InputSpec:
 class RecipeStage:
     name: str
     module: str
-    inputs: tuple[InputSpec, ...]
+    inputs: tuple[RecipeInput, ...]
     outputs: dict[str, str]            # output name -> artifact kind
     resources: dict = field(default_factory=dict)
     container: str | None = None
@@ -93,7 +93,7 @@ def load(name: str) -> Recipe:
             up_stage, _, up_output = str(source).partition(".")
             if up_stage not in stages or up_output not in stages[up_stage].outputs:
                 raise RecipeError(f"{path}: stage {sname} input {role}: {source!r} is not an output of an earlier stage")
-            inputs.append(InputSpec(role, up_stage, up_output, stages[up_stage].outputs[up_output]))
+            inputs.append(RecipeInput(role, up_stage, up_output, stages[up_stage].outputs[up_output]))
         stages[sname] = RecipeStage(
             name=sname,
             module=s["module"],

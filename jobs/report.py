@@ -27,6 +27,7 @@ from pathlib import Path
 
 from jobs.errors import JobsError
 from lineage.errors import LineageError
+from lineage.layout import RunDir
 
 RUN_FILL, ART_FILL, TARGET_EDGE = "#d6e6f5", "#fbe3c4", "#c0392b"
 MAX_POINTS = 4000          # per curve: a longer series is thinned so the SVG stays small
@@ -62,54 +63,19 @@ def _scope(store, idx, target: str) -> tuple[str, list[str], list[str], str | No
 def _walk(store, idx, runs: list[str], arts: list[str]) -> tuple[dict[str, str], set[tuple[str, str, str]]]:
     """Nodes (id -> "run"|"art") and edges (src, dst, role): the runs' inputs and outputs, everything
     upstream of them and of the seed artifacts, and everything downstream of the seeds."""
+    from lineage.graph import walk
+
     nodes: dict[str, str] = {}
     edges: set[tuple[str, str, str]] = set()
-    up, down = [], list(arts)
     for r in runs:
-        nodes[r] = "run"
         view = store.run(r)
-        for role, ref in sorted((view.spec.get("pending_inputs") or {}).items()):
+        for role, ref in sorted((view.spec.pending_inputs or {}).items()):
             if role not in view.inputs and isinstance(ref, dict) and ref.get("run"):
                 nodes.setdefault(ref["run"], "run")     # not started yet: an edge from the run that will produce it
                 edges.add((ref["run"], r, f"{role} {PENDING}"))
-        for e in idx.edges_of(r, "in"):
-            edges.add((e["artifact"], r, e["role"]))
-            up.append(e["artifact"])
-        for e in idx.edges_of(r, "out"):
-            edges.add((r, e["artifact"], e["role"]))
-            nodes[e["artifact"]] = "art"
-    up += arts
-    seen: set[str] = set()
-    while up:
-        a = up.pop()
-        if a in seen:
-            continue
-        seen.add(a)
-        nodes[a] = "art"
-        made = idx.producer(a)
-        # Runs that wrote the same bytes again (a re-run, a changed checkout) add nothing to the
-        # picture: one producer, the shown run if any, else the newest.
-        made = [p for p in made if p["run"] in runs] or sorted(made, key=lambda p: p["run"])[-1:]
-        for p in made:
-            nodes[p["run"]] = "run"
-            edges.add((p["run"], a, p["role"]))
-            for e in idx.edges_of(p["run"], "in"):
-                edges.add((e["artifact"], p["run"], e["role"]))
-                up.append(e["artifact"])
-    seen = set()
-    while down:
-        a = down.pop()
-        if a in seen:
-            continue
-        seen.add(a)
-        nodes[a] = "art"
-        for c in idx.consumers(a):
-            nodes[c["run"]] = "run"
-            edges.add((a, c["run"], c["role"]))
-            for e in idx.edges_of(c["run"], "out"):
-                edges.add((c["run"], e["artifact"], e["role"]))
-                down.append(e["artifact"])
-    return nodes, edges
+    walked, more = walk(idx, arts, runs, one_producer=True)
+    nodes.update(walked)
+    return nodes, edges | more
 
 
 def _art_label(idx, art: str) -> str:
@@ -429,11 +395,11 @@ def _run_section(store, idx, run: str, bad: dict[str, str | None]) -> str:
     e = html.escape
     v = store.run(run)
     s = v.spec
-    out = [f'<section class="run" id="run-{e(run)}"><h2>{e(s.get("recipe", "?"))}/{e(s.get("stage", "?"))} '
+    out = [f'<section class="run" id="run-{e(run)}"><h2>{e(s.recipe or "?")}/{e(s.stage or "?")} '
            f'<span class="state state-{e(v.state)}">{e(v.state)}</span></h2>',
-           f'<p class="meta">run {e(run)} · executor {e(str(s.get("executor")))} · created {e(_when(s.get("created")))}'
+           f'<p class="meta">run {e(run)} · executor {e(str(s.executor))} · created {e(_when(s.created))}'
            + (f" · {e(v.reason)}" if v.reason else "") + "</p>"]
-    series = read_series(store.run_dir(run) / "metrics.jsonl")
+    series = read_series(RunDir(store.run_dir(run)).metrics)
     svg = _curves_svg(series)
     if svg:
         out.append('<h3>Metrics</h3><div class="curves">' + inline_svg(svg) + "</div>")
@@ -456,14 +422,14 @@ def _run_section(store, idx, run: str, bad: dict[str, str | None]) -> str:
             for a in v.attempts)
         out.append("<h3>Attempts</h3><table><tr><th>attempt</th><th>job</th><th>host</th><th>start</th>"
                    f"<th>took</th><th>exit</th><th>why</th></tr>{rows}</table>")
-    env = s.get("environment") or {}
-    code = s.get("code") or {}
-    facts = [("container", s.get("container") or "none"),
-             ("image", s.get("container_image") or "none (ran in the host environment)"),
+    env = s.environment or {}
+    code = s.code or {}
+    facts = [("container", s.container or "none"),
+             ("image", s.container_image or "none (ran in the host environment)"),
              ("environment digest", env.get("digest")), ("python", env.get("python")),
              ("code", (code.get("git_sha") or "not a git checkout") + (" + uncommitted changes" if code.get("dirty") else "")),
-             ("code snapshot", code.get("snapshot")), ("run key", s.get("run_key")),
-             ("resources", json.dumps(s.get("resources") or {}, sort_keys=True)), ("folder", str(store.run_dir(run)))]
+             ("code snapshot", code.get("snapshot")), ("run key", s.run_key),
+             ("resources", json.dumps(s.resources or {}, sort_keys=True)), ("folder", str(store.run_dir(run)))]
     facts += [(f"tracker {k}", w) for k, w in sorted(v.trackers.items())]
     out.append("<h3>Environment</h3><table>" + "".join(
         f"<tr><td>{e(k)}</td><td><code>{e(str(x))}</code></td></tr>" for k, x in facts if x) + "</table>")
@@ -473,7 +439,7 @@ def _run_section(store, idx, run: str, bad: dict[str, str | None]) -> str:
             "\n".join(map(str, pkgs))
         out.append(f"<details><summary>{len(pkgs)} installed distributions</summary><pre>{e(listing)}</pre></details>")
     out.append("<details><summary>config</summary><pre>"
-               + e(json.dumps(s.get("config", {}), indent=2, sort_keys=True)) + "</pre></details>")
+               + e(json.dumps(s.config, indent=2, sort_keys=True)) + "</pre></details>")
     out.append("</section>")
     return "\n".join(out)
 

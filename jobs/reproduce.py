@@ -14,6 +14,7 @@ from typing import Callable
 
 from jobs.errors import JobsError
 from lineage import Store
+from lineage.runspec import RunSpec
 from lineage.states import RunState
 from lineage.store import RunView
 
@@ -89,15 +90,15 @@ def settle_drift(old: RunView, plan, executor, allow: bool, echo: Callable[[str]
     drift: dict = {}
     image_for = getattr(executor, "image_for", None)   # only an executor that runs images has one
     image = image_for(asdict(plan.stages[0])) if image_for else None
-    was, now = spec.get("container_image"), image.reference if image else None
+    was, now = spec.container_image, image.reference if image else None
     if was != now:
         drift["container_image"] = {"recorded": was, "ran": now}
     env = plan.environment
-    packages = package_drift(spec["environment"].get("packages", {}), env["packages"])
-    if spec["environment"].get("python") != env["python"]:
-        packages.insert(0, f"python {spec['environment'].get('python')} -> {env['python']}")
+    packages = package_drift(spec.environment.get("packages", {}), env["packages"])
+    if spec.environment.get("python") != env["python"]:
+        packages.insert(0, f"python {spec.environment.get('python')} -> {env['python']}")
     if packages:
-        drift["python"] = {"recorded": spec["environment"].get("digest"), "ran": env["digest"], "changes": packages}
+        drift["python"] = {"recorded": spec.environment.get("digest"), "ran": env["digest"], "changes": packages}
     if drift and not allow:
         raise JobsError(f"{_drift_words(spec, drift)} (--allow-env-drift runs with what is here now and records the drift)")
     if drift:
@@ -107,16 +108,16 @@ def settle_drift(old: RunView, plan, executor, allow: bool, echo: Callable[[str]
     return {"reproduces": old.id, **({"env_drift": drift} if drift else {})}
 
 
-def _drift_words(spec: dict, drift: dict) -> str:
+def _drift_words(spec: RunSpec, drift: dict) -> str:
     words = []
     image = drift.get("container_image")
     if image:
-        name = spec.get("container") or "the stage's image"
+        name = spec.container or "the stage's image"
         if image["recorded"] and image["ran"]:
             words.append(f"the recorded image {image['recorded']} is no longer the pin of {name!r} "
                          f"(containers.lock pins {image['ran']})")
         elif image["recorded"]:
-            words.append(f"the run ran in {image['recorded']}, but profile {spec.get('profile')!r} now runs without containers")
+            words.append(f"the run ran in {image['recorded']}, but profile {spec.profile!r} now runs without containers")
         else:
             words.append(f"the run ran without a container, but would now run in {image['ran']}")
     changes = drift.get("python", {}).get("changes", [])
@@ -136,13 +137,13 @@ def reproduce(store: Store, run_id: str, allow_env_drift: bool, wait: bool = Tru
     spec = old.spec
     if old.state != RunState.SUCCEEDED:
         raise JobsError(f"run {run_id} is {old.state}: only a SUCCEEDED run has outputs to reproduce")
-    executor = spec.get("executor") or "local"
-    req = Request(recipe=spec["recipe"], stages=spec["stage"], executor=executor, store=str(store.root),
-                  profile=spec.get("profile") if executor == "slurm" else None, reproduces=run_id,
+    executor = spec.executor or "local"
+    req = Request(recipe=spec.recipe, stages=spec.stage, executor=executor, store=str(store.root),
+                  profile=spec.profile if executor == "slurm" else None, reproduces=run_id,
                   allow_env_drift=allow_env_drift, allow_unpinned=allow_env_drift)
-    where = executor + (f", profile {spec.get('profile')}" if executor == "slurm" and spec.get("profile") else "")
-    echo(f"reproducing {run_id} ({spec['recipe']}/{spec['stage']}) on {where} with the code snapshot "
-         f"{str(spec['code'].get('snapshot'))[:16]} and inputs "
+    where = executor + (f", profile {spec.profile}" if executor == "slurm" and spec.profile else "")
+    echo(f"reproducing {run_id} ({spec.recipe}/{spec.stage}) on {where} with the code snapshot "
+         f"{str(spec.code.get('snapshot'))[:16]} and inputs "
          + (", ".join(f"{r}={a[:16]}" for r, a in sorted(old.inputs.items())) or "(none)"))
     (new_id,), _ = submit_runs(req, echo)
     if executor == "slurm":
@@ -172,7 +173,7 @@ def wait_for(store: Store, run_id: str, echo: Callable[[str], None], poll_s: flo
             return view
         now = view.state + (f" (Slurm: {live.state}{', ' + live.reason if live.reason else ''})" if live else "")
         if now != said:
-            echo(f"{run_id}  {view.spec['stage']:<9} {now}")
+            echo(f"{run_id}  {view.spec.stage:<9} {now}")
             said = now
         time.sleep(poll_s)
 
@@ -182,7 +183,7 @@ def compare_ended(store: Store, new_id: str) -> Comparison:
     from lineage.states import TERMINAL
 
     new = store.run(new_id)
-    old_id = new.spec.get("reproduces")
+    old_id = new.spec.reproduces
     if not old_id:
         raise JobsError(f"run {new_id} is not a reproduction: its record names no run it reproduces")
     if new.state not in TERMINAL:
@@ -199,7 +200,7 @@ def command(store: Store, run: str, allow_env_drift: bool = False, no_wait: bool
     run_id = store.index().resolve_run(run)
     if compare_only:
         cmp = compare_ended(store, run_id)
-        old_id, new_id = store.run(run_id).spec["reproduces"], run_id
+        old_id, new_id = store.run(run_id).spec.reproduces, run_id
     else:
         store.ensure_writable()
         old_id = run_id
@@ -230,20 +231,20 @@ def diff(store: Store, a: str, b: str) -> list[str]:
     """Human-readable differences between two runs: config, code, environment, inputs, outputs."""
     va, vb = store.run(a), store.run(b)
     lines = []
-    fa, fb = flatten(va.spec["config"]), flatten(vb.spec["config"])
+    fa, fb = flatten(va.spec.config), flatten(vb.spec.config)
     for k in sorted(set(fa) | set(fb)):
         if fa.get(k, "<unset>") != fb.get(k, "<unset>"):
             lines.append(f"config  {k}: {fa.get(k, '<unset>')} -> {fb.get(k, '<unset>')}")
-    ca, cb = va.spec["code"], vb.spec["code"]
+    ca, cb = va.spec.code, vb.spec.code
     if ca.get("snapshot") != cb.get("snapshot"):
         lines.append(f"code    git {str(ca.get('git_sha'))[:12]} -> {str(cb.get('git_sha'))[:12]}, "
                      f"snapshot {str(ca.get('snapshot'))[:16]} -> {str(cb.get('snapshot'))[:16]}")
         if ca.get("snapshot") and cb.get("snapshot"):
             lines += [f"code    {change}" for change in manifest_diff(store, ca["snapshot"], cb["snapshot"])]
-    ea, eb = va.spec["environment"], vb.spec["environment"]
-    if va.spec.get("container_image") != vb.spec.get("container_image"):
-        lines.append(f"env     image {va.spec.get('container_image')} -> {vb.spec.get('container_image')}")
-    ba, bb = (va.spec.get("runtime_bundle") or {}).get("digest"), (vb.spec.get("runtime_bundle") or {}).get("digest")
+    ea, eb = va.spec.environment, vb.spec.environment
+    if va.spec.container_image != vb.spec.container_image:
+        lines.append(f"env     image {va.spec.container_image} -> {vb.spec.container_image}")
+    ba, bb = (va.spec.runtime_bundle or {}).get("digest"), (vb.spec.runtime_bundle or {}).get("digest")
     if ba != bb:
         lines.append(f"env     runtime bundle {ba} -> {bb}")
     if ea.get("digest") != eb.get("digest"):

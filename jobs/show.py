@@ -72,7 +72,7 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
         from jobs.metrics import facts
         v = store.run(run_id)
         doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
-               "spec": v.spec, "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers,
+               "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers,
                **facts(v)}   # metrics, duration_s, ended
         print(json.dumps(doc, sort_keys=True, default=str))
         return None
@@ -95,26 +95,26 @@ def print_run(store, idx, run_id: str) -> None:
     v = store.run(run_id)
     s = v.spec
     print(f"run       {v.id}")
-    print(f"recipe    {s['recipe']} / {s['stage']}   executor {s.get('executor')}")
+    print(f"recipe    {s.recipe} / {s.stage}   executor {s.executor}")
     print(f"state     {v.state}" + (f"  ({v.reason})" if v.reason else ""))
-    print(f"created   {_when(s['created'])}   updated {_when(v.updated)}")
-    code = s.get("code", {})
+    print(f"created   {_when(s.created)}   updated {_when(v.updated)}")
+    code = s.code
     print(f"code      {code.get('git_sha') or 'not a git checkout'}" + ("  (+ uncommitted " + str(code.get("diff_digest")) + ")" if code.get("dirty") else ""))
-    env = s.get("environment", {})
+    env = s.environment
     print(f"env       python {env.get('python')}  {env.get('digest')}")
-    if s.get("container_image"):
+    if s.container_image:
         ran = sorted({a["image"] for a in v.attempts if a.get("image")})
-        bundle = (s.get("runtime_bundle") or {}).get("digest")
-        print(f"image     {s['container_image']}" + (f"  ({s['container_runtime']})" if s.get("container_runtime") else "")
-              + (f"   ran in {', '.join(ran)}" if ran and ran != [s["container_image"]] else ""))
+        bundle = (s.runtime_bundle or {}).get("digest")
+        print(f"image     {s.container_image}" + (f"  ({s.container_runtime})" if s.container_runtime else "")
+              + (f"   ran in {', '.join(ran)}" if ran and ran != [s.container_image] else ""))
         if bundle:
-            pkgs = " ".join(f"{k}=={x}" for k, x in sorted((s["runtime_bundle"].get("packages") or {}).items()))
+            pkgs = " ".join(f"{k}=={x}" for k, x in sorted((s.runtime_bundle.get("packages") or {}).items()))
             print(f"bundle    {bundle}  {pkgs}")
-    if s.get("run_key"):
-        print(f"run_key   {s['run_key']}")
+    if s.run_key:
+        print(f"run_key   {s.run_key}")
     for role, art in sorted(v.inputs.items()):
         print(f"input     {role:<10} {art}")
-    for role, ref in sorted(s.get("pending_inputs", {}).items()):
+    for role, ref in sorted(s.pending_inputs.items()):
         if role not in v.inputs:
             print(f"input     {role:<10} (from run {ref['run']} output {ref['output']}, when it starts)")
     for name, art in sorted(v.outputs.items()):
@@ -131,13 +131,13 @@ def print_run(store, idx, run_id: str) -> None:
     if v.metrics:
         print("metrics   " + "  ".join(f"{k}={_num(x)}" for k, x in sorted(v.metrics.items())))
     print(f"folder    {store.run_dir(run_id)}")
-    if s.get("reproduces"):
-        print(f"reproduces {s['reproduces']}")
-    for what, d in sorted(s.get("env_drift", {}).items()):
+    if s.reproduces:
+        print(f"reproduces {s.reproduces}")
+    for what, d in sorted((s.env_drift or {}).items()):
         ran = d.get("ran")
         print(f"drift     {what}: recorded {d.get('recorded')}, ran {ran}"
               + (f" ({'; '.join(d['changes'][:5])})" if d.get("changes") else ""))
-    print("config    " + json.dumps(s["config"], sort_keys=True))
+    print("config    " + json.dumps(s.config, sort_keys=True))
 
 
 def _num(x) -> str:
@@ -176,9 +176,8 @@ def print_artifact(store, idx, art_id: str) -> None:
 
 # ---- lineage --------------------------------------------------------------------------------
 def _graph(idx, art_id: str):
-    """Nodes and edges of everything upstream and downstream of `art_id`."""
-    nodes: dict[str, str] = {}
-    edges: set[tuple[str, str, str]] = set()
+    """Nodes (ID -> label) and edges of everything upstream and downstream of `art_id`."""
+    from lineage.graph import walk
 
     def label_art(a: str) -> str:   # its own version: a later re-run of the same bytes is not what it was made as
         from jobs.chains import own_name
@@ -188,33 +187,8 @@ def _graph(idx, art_id: str):
         row = idx.run_row(r)
         return f"{row['recipe']}/{row['stage']} {r[:13]}" if row else r[:13]
 
-    todo, seen = [art_id], set()
-    while todo:                                        # ancestry
-        a = todo.pop()
-        if a in seen:
-            continue
-        seen.add(a)
-        nodes[a] = label_art(a)
-        for p in idx.producer(a):
-            nodes[p["run"]] = label_run(p["run"])
-            edges.add((p["run"], a, p["role"]))
-            for inp in idx.edges_of(p["run"], "in"):
-                edges.add((inp["artifact"], p["run"], inp["role"]))
-                todo.append(inp["artifact"])
-    todo, seen = [art_id], set()
-    while todo:                                        # descendants
-        a = todo.pop()
-        if a in seen:
-            continue
-        seen.add(a)
-        nodes[a] = label_art(a)
-        for c in idx.consumers(a):
-            nodes[c["run"]] = label_run(c["run"])
-            edges.add((a, c["run"], c["role"]))
-            for out in idx.edges_of(c["run"], "out"):
-                edges.add((c["run"], out["artifact"], out["role"]))
-                nodes[out["artifact"]] = label_art(out["artifact"])
-                todo.append(out["artifact"])
+    kinds, edges = walk(idx, [art_id])
+    nodes = {n: label_art(n) if kind == "art" else label_run(n) for n, kind in kinds.items()}
     return nodes, sorted(edges)
 
 
@@ -257,33 +231,23 @@ def lineage(store, idx, art_id: str, fmt: str = "text") -> str:
 def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
     lines = [f"{nodes[art_id]}", "ancestry:"]
 
-    def up(a: str, depth: int, seen: set) -> None:
-        for p in idx.producer(a):
-            lines.append("  " * depth + f"<- {nodes[p['run']]}  (as {p['role']})")
-            if p["run"] in seen:
+    def branch(a: str, depth: int, seen: set, links, across: str, arrow: str) -> None:
+        for link in links(a):
+            lines.append("  " * depth + f"{arrow} {nodes[link['run']]}  (as {link['role']})")
+            if link["run"] in seen:
                 continue
-            seen.add(p["run"])
-            for inp in idx.edges_of(p["run"], "in"):
-                lines.append("  " * (depth + 1) + f"<- [{inp['role']}] {nodes.get(inp['artifact'], inp['artifact'][:12])}")
-                up(inp["artifact"], depth + 2, seen)
-
-    def down(a: str, depth: int, seen: set) -> None:
-        for c in idx.consumers(a):
-            lines.append("  " * depth + f"-> {nodes[c['run']]}  (as {c['role']})")
-            if c["run"] in seen:
-                continue
-            seen.add(c["run"])
-            for out in idx.edges_of(c["run"], "out"):
-                lines.append("  " * (depth + 1) + f"-> [{out['role']}] {nodes[out['artifact']]}")
-                down(out["artifact"], depth + 2, seen)
+            seen.add(link["run"])
+            for e in idx.edges_of(link["run"], across):
+                lines.append("  " * (depth + 1) + f"{arrow} [{e['role']}] {nodes.get(e['artifact'], e['artifact'][:12])}")
+                branch(e["artifact"], depth + 2, seen, links, across, arrow)
 
     n = len(lines)
-    up(art_id, 1, set())
+    branch(art_id, 1, set(), idx.producer, "in", "<-")
     if len(lines) == n:
         lines.append("  (registered directly, no producing run)")
     lines.append("descendants:")
     n = len(lines)
-    down(art_id, 1, set())
+    branch(art_id, 1, set(), idx.consumers, "out", "->")
     if len(lines) == n:
         lines.append("  (none yet)")
     return "\n".join(lines)

@@ -29,6 +29,7 @@ from typing import Callable
 
 from jobs.errors import JobsError
 from lineage import Store
+from lineage.layout import RunDir
 from lineage.states import TERMINAL, RunState
 from lineage.store import RunView
 from runtime.attempts import boot_id, proc_start
@@ -78,7 +79,7 @@ def reconcile(store: Store, view: RunView, live: Live | None) -> RunView:
         return view
     reason = None
     if live.state == "CANCELLED":
-        ups = sorted({ref["run"] for ref in view.spec.get("pending_inputs", {}).values()})
+        ups = sorted({ref["run"] for ref in view.spec.pending_inputs.values()})
         failed = [u for u in ups if store.run(u).state in (RunState.FAILED, RunState.CANCELLED)]
         if failed:  # Slurm cancels a job whose afterok can never be met (kill_invalid_depend)
             reason = f"not run: upstream run {', '.join(failed)} did not succeed"
@@ -160,10 +161,8 @@ def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
     """{step, total, loss, eta_s} of a running stage: its progress.json (stages.ml.tracking.Progress),
     else the last line of metrics.jsonl with a loss. The ETA counts down from when it was written,
     and only the attempt that wrote it has one."""
-    from stages.ml.tracking import PROGRESS_FILE
-
     try:
-        p = json.loads(_read_text(run_dir / PROGRESS_FILE))
+        p = json.loads(_read_text(RunDir(run_dir).progress))
         eta = p.get("eta_s")
         if eta is not None and p.get("attempt") == attempt:
             eta = max(0.0, eta - (now - p["time"]))
@@ -173,7 +172,7 @@ def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        f = open_regular(run_dir / "metrics.jsonl")
+        f = open_regular(RunDir(run_dir).metrics)
         if f is None:
             return {}
         with f:
@@ -205,7 +204,7 @@ def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row
     out = []
     for view, live in statuses(store, run_ids):
         job = slurm_job(view)
-        row = Row(view.id, view.spec.get("stage", "?"), view.state,
+        row = Row(view.id, view.spec.stage or "?", view.state,
                   f"{job} {live.state}" if job and live else (job or "local"),
                   why=(live.reason if live and live.reason else "") or (view.reason or ""))
         if live is not None and live.state == "PENDING" and view.state not in TERMINAL:
@@ -267,7 +266,7 @@ def follow_logs(store: Store, run_id: str, task: int = 0, follow: bool = False,
 
     Returns the number of bytes printed. JobsError when there is nothing to show and not following.
     """
-    folder = store.run_dir(run_id) / "logs"
+    folder = RunDir(store.run_dir(run_id)).logs
     shown, offsets, printed, asked = None, {}, 0, 0.0
     while True:
         view = lost(store.run(run_id))   # a LOST run never ends: stop following it
@@ -400,7 +399,7 @@ def lost(view: RunView) -> RunView:
     spec = view.spec
     return replace(view, state=RunState.LOST, reason=(
         f"process {attempt['pid']} on {attempt['host']} is gone without recording an end; resubmit: "
-        f"jobs submit {spec.get('recipe')} --stage {spec.get('stage')} --force, or jobs reproduce {view.id}"))
+        f"jobs submit {spec.recipe} --stage {spec.stage} --force, or jobs reproduce {view.id}"))
 
 
 def cancel(store: Store, view: RunView) -> str:
@@ -424,7 +423,7 @@ def cancel(store: Store, view: RunView) -> str:
     problem = process_problem(attempt, view.id)
     if problem:
         hint = "" if "cancel it there" in problem else (
-            f"; resubmit: jobs submit {view.spec.get('recipe')} --stage {view.spec.get('stage')} --force")
+            f"; resubmit: jobs submit {view.spec.recipe} --stage {view.spec.stage} --force")
         raise JobsError(f"run {view.id} not cancelled: {problem}; nothing signalled{hint}")
     pid, pgid = attempt["pid"], attempt.get("pgid")
     # The group the job made for itself (runtime.entry): only when the PID still leads it.
@@ -439,7 +438,7 @@ def cancel(store: Store, view: RunView) -> str:
     except ProcessLookupError:
         pass
     said = f"SIGKILL to pid {pid} and its process group" if group is not None else f"SIGKILL to pid {pid}"
-    if view.spec.get("ray") and attempt.get("job_id"):
+    if view.spec.ray and attempt.get("job_id"):
         from runtime.ray_cluster import reap
 
         killed = reap(str(attempt["job_id"]), attempt["host"])

@@ -1,4 +1,4 @@
-"""One submit path for every executor: plan -> prepare -> run cache -> record -> launch.
+"""One submit path for every executor: plan -> prepare -> run cache and record (jobs/record.py) -> launch.
 
 Everything a user can get wrong is refused before the store is created or written: the profile,
 the recipe's resources, the store path, every stage's config, and every input artifact, re-hashed.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -51,49 +51,57 @@ def submit(req: Request, echo: Callable[[str], None] = print) -> bool:
 
 
 def submit_runs(req: Request, echo: Callable[[str], None] = print) -> tuple[list[str], bool]:
-    """`submit`, returning the recorded run IDs too."""
+    """`submit`, returning the recorded run IDs too.
+
+    One straight line: the plan and every check read only; the executor prepares; then the one
+    writing step (jobs/record.py: run cache, code snapshot, records) and the launch. A code file
+    saved while the code is copied redoes only what depends on the code: its hash, the executor's
+    preparation (a job names the snapshot's folder) and the run cache's keys."""
     from jobs import executors, profiles
-    from jobs.plan import make_plan, plan_from_record, record, verify_inputs
-    from jobs.provenance import CodeChanged, store_snapshot
+    from jobs.plan import make_plan, plan_from_record, verify_inputs
+    from jobs.provenance import CodeChanged, code_state
+    from jobs.record import record, settle
     from lineage import Store
 
     # A named profile is checked with either executor (a typo must not pass silently); its store applies to both.
     profile = profiles.load(req.profile) if req.executor == "slurm" or req.profile else None
     store = Store(store_root(req.store, profile))
     executor = executors.get(req.executor, profile, allow_unpinned=req.allow_unpinned)
+    original = store.run(req.reproduces) if req.reproduces else None
+    if original is not None:
+        plan = plan_from_record(store, original, req.executor)
+    else:
+        plan = make_plan(store, req.recipe, req.stages, overrides=req.overrides, inputs=req.inputs, executor=req.executor)
+        _notes(plan.notes)
+    for sp in plan.stages:
+        profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
+    verify_inputs(store, plan)   # dry runs too: a dry run that passes means the submit would
+    if req.dry_run:
+        echo(executor.dry_run(store.root, plan))
+        return [], True
+    extra = {}
+    if original is not None:  # the image and packages it would run in now, against the record's
+        from jobs.reproduce import settle_drift
+
+        extra = settle_drift(original, plan, executor, req.allow_env_drift, echo)
+    prepared = executor.prepare(store.root, plan)
+    store = Store.open(store.root, create=True)
+    store.ensure_writable()
     for tries in (1, 2, 3):
-        if req.reproduces:
-            plan = plan_from_record(store, store.run(req.reproduces), req.executor)
-        else:
-            plan = make_plan(store, req.recipe, req.stages, overrides=req.overrides, inputs=req.inputs, executor=req.executor)
-            if tries == 1:
-                _notes(plan.notes)
-        for sp in plan.stages:
-            profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
-        verify_inputs(store, plan)   # dry runs too: a dry run that passes means the submit would
-        if req.dry_run:
-            echo(executor.dry_run(store.root, plan))
-            return [], True
-        extra = {}
-        if req.reproduces:  # the image and packages it would run in now, against the record's
-            from jobs.reproduce import settle_drift
-
-            extra = settle_drift(store.run(req.reproduces), plan, executor, req.allow_env_drift, echo)
-        prepared = executor.prepare(store.root, plan)
         facts = [{**p.record, **extra} for p in prepared]
-        store = Store.open(store.root, create=True)
-        store.ensure_writable()
+        settled = settle(store, plan, facts, use_cache=not (req.force or req.reproduces))
         try:
-            store_snapshot(store, plan.code)
+            run_ids = record(store, plan, facts, settled)
             break
-        except CodeChanged:  # someone saved a file between planning and copying: plan again
-            if tries == 3:
+        except CodeChanged:  # someone saved a file between hashing the code and copying it
+            if tries == 3 or original is not None:
                 raise
+            plan = replace(plan, code=code_state())
+            prepared = executor.prepare(store.root, plan)
 
-    reused = {} if req.force or req.reproduces else _reuse(store, plan, facts, echo)
-    run_ids = record(store, plan, facts=facts, reused=reused)
+    _say_reused(store, settled, echo)
     echo(f"recorded {len(run_ids)} run(s) in {store.root}")
-    keep = [p for sp, p in zip(plan.stages, prepared) if sp.stage not in reused]
+    keep = [p for s, p in zip(settled, prepared) if not s.reused]
     with _code_on_path(plan.code.get("root")):
         return run_ids, executor.launch(store, run_ids, keep, echo=echo)
 
@@ -118,17 +126,13 @@ def _code_on_path(root: str | None):
             os.environ["PYTHONPATH"] = saved
 
 
-def _reuse(store, plan, facts: list[dict], echo) -> dict[str, str]:
-    """The run cache: the stages an identical, verified, SUCCEEDED run covers, each said in a line."""
-    from jobs.plan import cached
-
-    reused = cached(store, plan, facts)
-    for stage, run_id in reused.items():
-        outs = " ".join(f"{k}={v[:16]}" for k, v in store.run(run_id).outputs.items())
-        echo(f"{run_id}  {stage:<9} reused: an identical run already succeeded and its outputs verify ({outs}); --force re-runs")
-    return reused
-
-
+def _say_reused(store, settled, echo) -> None:
+    """The run cache's hits, each said in a line."""
+    for s in settled:
+        if s.reused:
+            outs = " ".join(f"{k}={v[:16]}" for k, v in store.run(s.reused).outputs.items())
+            echo(f"{s.reused}  {s.stage:<9} reused: an identical run already succeeded and its outputs verify ({outs}); "
+                 "--force re-runs")
 def _notes(lines: list[str]) -> None:
     """The plan's notes (an input taken from its chain, not `:latest`; inputs that mix chains): one line
     each on stderr, so that stdout stays what scripts read."""

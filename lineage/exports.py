@@ -162,14 +162,14 @@ def openlineage_events(store: Store, run_id: str) -> list[dict]:
     def iso(ts: float) -> str:
         return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
 
-    job = {"namespace": namespace, "name": f"{spec['recipe']}.{spec['stage']}"}
+    job = {"namespace": namespace, "name": f"{spec.recipe}.{spec.stage}"}
     run_facets = {"jobs_run": {"_producer": PRODUCER, "_schemaURL": f"{PRODUCER}#run",
-                               "code": spec.get("code", {}).get("git_sha"),
-                               "code_snapshot": spec.get("code", {}).get("snapshot"),
-                               "environment": spec.get("container_image") or spec.get("environment", {}).get("digest"),
-                               "run_key": spec.get("run_key"), "config": spec["config"]}}
+                               "code": spec.code.get("git_sha"),
+                               "code_snapshot": spec.code.get("snapshot"),
+                               "environment": spec.container_image or spec.environment.get("digest"),
+                               "run_key": spec.run_key, "config": spec.config}}
     inputs = [dataset(a, r) for r, a in sorted(view.inputs.items())]
-    start = view.attempts[0]["start"] if view.attempts and view.attempts[0].get("start") else spec["created"]
+    start = view.attempts[0]["start"] if view.attempts and view.attempts[0].get("start") else spec.created
     events = [{"eventType": "START", "eventTime": iso(start), "run": {"runId": run_id, "facets": run_facets},
                "job": job, "inputs": inputs, "outputs": [], "producer": PRODUCER, "schemaURL": OPENLINEAGE_SCHEMA}]
     end_type = {RunState.SUCCEEDED: "COMPLETE", RunState.FAILED: "FAIL", RunState.CANCELLED: "ABORT"}.get(view.state)

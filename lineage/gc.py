@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lineage import refs
-from lineage.errors import Damaged, LineageError, show_path
+from lineage.errors import LineageError
+from lineage.layout import Snapshot, kept_snapshots
 from lineage.records import read_kind
 from lineage.store import Store
 
@@ -74,7 +75,7 @@ def kept(store: Store) -> dict[str, str]:
         if run in pinned:
             why.setdefault(art, f"output of pinned run {run}")
     for row in idx.runs():
-        snap = store.run_spec(row["id"]).get("code", {}).get("snapshot")
+        snap = store.run_spec(row["id"]).code.get("snapshot")
         if snap:
             why.setdefault(snap, f"code of run {row['id']}")
     return why
@@ -124,38 +125,10 @@ def collect(store: Store, victims: list[Candidate], kept_back: list | None = Non
     return freed
 
 
-@dataclass
-class Snapshot:
-    run: str
-    series: str
-    step: int
-    metrics: dict
-    files: list[Path]
-
-
-def checkpoint_snapshots(store: Store) -> dict[tuple[str, str], list[Snapshot]]:
-    """Kept training snapshots (`runs/<run>/checkpoints/keep/<series>-step<N>.{pt,json}`) by run and series."""
-    from lineage.records import read_record
-
-    groups: dict[tuple[str, str], list[Snapshot]] = {}
-    for meta in sorted((store.root / "runs").glob("*/checkpoints/keep/*.json")):
-        run = meta.parents[2].name
-        series, _, step = meta.stem.rpartition("-step")
-        if not series or not step.isdigit():
-            raise Damaged(f"damaged store file {show_path(meta)}: not named <series>-step<N>.json; move it aside")
-        info = read_record(meta)   # a regular file holding a JSON object, else Damaged (a FIFO never blocks)
-        metrics = info.get("metrics", {})
-        if not isinstance(metrics, dict):
-            raise Damaged(f"damaged store file {show_path(meta)}: 'metrics' is not a mapping; move it aside")
-        groups.setdefault((run, series), []).append(
-            Snapshot(run, series, int(step), metrics, [meta, meta.with_suffix(".pt")]))
-    return groups
-
-
 def top_k_victims(store: Store, k: int, metric: str, higher_is_better: bool) -> list[Snapshot]:
     """Per run and series, every snapshot but the best `k` by `metric`; snapshots without it are kept."""
     victims = []
-    for snaps in checkpoint_snapshots(store).values():
+    for snaps in kept_snapshots(store.root).values():
         scored = [s for s in snaps if isinstance(s.metrics.get(metric), (int, float))]
         scored.sort(key=lambda s: s.metrics[metric], reverse=higher_is_better)
         victims += scored[k:]

@@ -53,6 +53,35 @@ def _folder(root: Path, name: str) -> Path:
     return folder
 
 
+def check_folders(root: Path, name: str) -> None:
+    """Each folder on the way to the name's versions is a real folder, or absent: a file or link in
+    its place is refused (Damaged) before anything is copied, not after the artifact is recorded."""
+    at = root
+    for word in name.split("/"):
+        at = at / word
+        try:
+            st = at.lstat()
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a file" if stat.S_ISREG(st.st_mode) \
+                else "not a folder"
+            raise Damaged(f"damaged store: {show_path(at)} is {kind}, where the folder of name "
+                          f"{'/'.join(at.relative_to(root).parts)} belongs; move it aside")
+
+
+def holding_version(root: Path, name: str, art: str) -> int | None:
+    """The newest version of `name` that points at `art`, or None."""
+    folder = root / name
+    for v in reversed(versions(root, name)):
+        try:
+            if read(version_path(folder, v))["artifact"] == art:
+                return v
+        except LineageError:
+            continue
+    return None
+
+
 def version_path(folder: Path, version: int) -> Path:
     return folder / f"v{version:06d}.json"
 

@@ -52,8 +52,11 @@ from typing import Any
 from lineage import hashing, refs
 from lineage.errors import Ambiguous, Corrupt, Damaged, LineageError, NotFound, StoreUnusable, Unsafe, show_path
 from lineage.ids import fanout, uuid7
+from lineage.layout import RECORDS, run_path
 from lineage.records import open_folder, read_kind, read_record, write_record
+from lineage.runspec import RunSpec
 from lineage.states import RunState
+from lineage.runspec import RunSpec
 
 MARKER = "jobs-store.json"
 ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
@@ -77,7 +80,7 @@ class RunView:
     """A run as its records say it is now."""
 
     id: str
-    spec: dict
+    spec: RunSpec
     state: str = RunState.QUEUED
     reason: str | None = None
     inputs: dict[str, str] = field(default_factory=dict)
@@ -90,8 +93,8 @@ class RunView:
     updated: float = 0.0
 
 
-def fold(run_id: str, spec: dict, events: list[dict]) -> RunView:
-    view = RunView(id=run_id, spec=spec, inputs=dict(spec.get("inputs", {})), updated=spec.get("created", 0.0))
+def fold(run_id: str, spec: RunSpec, events: list[dict]) -> RunView:
+    view = RunView(id=run_id, spec=spec, inputs=dict(spec.inputs), updated=spec.created or 0.0)
     for ev in sorted(events, key=lambda e: (e["time"], e["id"])):
         kind = ev["kind"]
         if kind == "status":
@@ -247,14 +250,21 @@ class Store:
         return self.records / kind / fanout(ident) / f"{ident}.json"
 
     def run_dir(self, run_id: str) -> Path:
-        """The run's folder. Refused (Unsafe) when `runs/` or the run's folder is a symbolic link:
-        a job would write its outputs and logs wherever the link points."""
-        folder = self.root / "runs" / run_id
+        """The run's folder (its layout: lineage.layout.RunDir). Refused (Unsafe) when `runs/` or the
+        run's folder is a symbolic link: a job would write its outputs and logs wherever the link points."""
+        folder = run_path(self.root, run_id)
         for p in (folder.parent, folder):
             if os.path.islink(p):
                 raise Unsafe(f"store {show_path(self.root)}: {show_path(p.relative_to(self.root))} is a symbolic "
                              "link; a run's folder must be a real folder inside the store (move the link away)")
         return folder
+
+    def has_records(self) -> bool:
+        """Whether anything was ever recorded here."""
+        return (self.root / RECORDS).exists()
+
+    def has_artifact(self, art_id: str) -> bool:
+        return os.path.lexists(self._path("artifact", art_id))
 
     @property
     def cache(self) -> Path:
@@ -264,7 +274,7 @@ class Store:
         return hashing.StatCache(self.cache / "stat.sqlite")
 
     # ---- runs ----------------------------------------------------------------------------
-    def create_run(self, spec: dict) -> str:
+    def create_run(self, spec: RunSpec | dict) -> str:
         """Record a QUEUED run and make its folder. Every folder it writes in is checked (no link on
         the way) before the first file is written, so a refused run leaves no half record."""
         run_id = uuid7()
@@ -275,7 +285,8 @@ class Store:
                 os.close(open_folder(self.root, rel))
             except FileNotFoundError:
                 pass  # made below, with no link in the way
-        write_record(self._path("run", run_id), {"id": run_id, "created": time.time(), **spec}, root=self.root)
+        body = spec.to_json() if isinstance(spec, RunSpec) else spec
+        write_record(self._path("run", run_id), {"id": run_id, "created": time.time(), **body}, root=self.root)
         self.add_event(run_id, "status", state=RunState.QUEUED)
         self.folder(Path("runs") / run_id)
         return run_id
@@ -295,11 +306,11 @@ class Store:
             return []
         return [read_kind(p, "event") for p in sorted(folder.iterdir()) if not p.name.startswith(".")]
 
-    def run_spec(self, run_id: str) -> dict:
+    def run_spec(self, run_id: str) -> RunSpec:
         path = self._path("run", run_id)
         if not path.exists():
             raise NotFound(f"no run {run_id} in {self.root}")
-        return read_kind(path, "run")
+        return RunSpec.from_json(read_kind(path, "run"))
 
     def run(self, run_id: str) -> RunView:
         """The run's current view, read from its records (the index is not needed); paths it holds

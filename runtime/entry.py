@@ -22,6 +22,7 @@ from typing import Iterator
 import submitit
 
 from lineage import Store
+from lineage.runspec import RunSpec
 from lineage.states import RunState
 from runtime.attempts import BATCH_START_ENV, STOP_GRACE_S
 from runtime.errors import CorruptInput, JobFailed, UpstreamFailed
@@ -70,13 +71,13 @@ def _own_process_group() -> None:
             pass
 
 
-def resolve_pending(store: Store, spec: dict) -> dict[str, str]:
+def resolve_pending(store: Store, spec: RunSpec) -> dict[str, str]:
     """Inputs from upstream runs of the same submission, read when this job starts."""
     resolved = {}
-    for role, ref in spec.get("pending_inputs", {}).items():
+    for role, ref in spec.pending_inputs.items():
         up = store.run(ref["run"])
         if up.state != RunState.SUCCEEDED:
-            raise UpstreamFailed(f"upstream run {ref['run']} ({up.spec['stage']}) is {up.state}")
+            raise UpstreamFailed(f"upstream run {ref['run']} ({up.spec.stage}) is {up.state}")
         resolved[role] = up.outputs[ref["output"]]
     return resolved
 
@@ -198,11 +199,9 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         if main:
             store.add_event(run_id, "status", state=RunState.CANCELLED, reason=str(e))
         raise
-    inputs = {**spec["inputs"], **pending}
+    inputs = {**spec.inputs, **pending}
     if pending and main and any(view.inputs.get(k) != v for k, v in pending.items()):
-        from lineage.ids import run_key
-
-        store.add_event(run_id, "inputs", inputs=pending, run_key=run_key({**spec, "inputs": inputs}))
+        store.add_event(run_id, "inputs", inputs=pending, run_key=spec.with_(inputs=inputs).key())
 
     if main:
         from runtime.attempts import close_interrupted
@@ -213,11 +212,11 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
                         nodes=dist.nodes or [socket.gethostname()], start=time.time(), **ran_in())
         store.add_event(run_id, "status", state=RunState.RUNNING)
     ctx = StageContext(
-        run_id=run_id, recipe=spec["recipe"], stage=spec["stage"], config=spec["config"],
+        run_id=run_id, recipe=spec.recipe, stage=spec.stage, config=spec.config,
         inputs={role: Path(store.artifact(art)["path"]) for role, art in inputs.items()},
         run_dir=store.run_dir(run_id), dist=dist, resources=resources, attempt=attempt, should_stop=should_stop,
         input_ids=dict(inputs),  # checkpoints carry them; resume refuses another run's
-        recorded_config=spec["config"],
+        recorded_config=spec.config,
     )
 
     def end(**fields) -> None:
@@ -228,28 +227,28 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **fields)
 
     try:
-        check_image(spec)  # torch, ray, vllm...: one line naming what the image lacks, before any work
+        check_image(spec.to_json())  # torch, ray, vllm...: one line naming what the image lacks, before any work
         from lineage.secrets import unredact
 
-        ctx.config = unredact(spec["config"])  # secrets the record left out come from this job's environment
+        ctx.config = unredact(spec.config)  # secrets the record left out come from this job's environment
         if main:
             verify_inputs(store, inputs)
-        if spec.get("ray") and not main:
+        if spec.ray and not main:
             from runtime import ray_cluster
 
             ray_cluster.serve_worker(dist, ctx.run_dir)  # this node's Ray worker, until rank 0 is done
             return None
-        with _ray(ctx) if spec.get("ray") else nullcontext():
-            produced = importlib.import_module(spec["module"]).run(ctx)
+        with _ray(ctx) if spec.ray else nullcontext():
+            produced = importlib.import_module(spec.module).run(ctx)
         if not main:
             return None
-        missing = set(spec["outputs"]) - set(produced or {})
+        missing = set(spec.outputs) - set(produced or {})
         if missing:
-            raise JobFailed(f"stage {spec['stage']} did not return outputs {sorted(missing)}")
+            raise JobFailed(f"stage {spec.stage} did not return outputs {sorted(missing)}")
         outputs = {
             name: store.register(Path(produced[name]), kind=kind, run=run_id,
-                                 name=f"{spec['recipe']}/{spec['stage']}/{name}")
-            for name, kind in spec["outputs"].items()
+                                 name=f"{spec.recipe}/{spec.stage}/{name}")
+            for name, kind in spec.outputs.items()
         }
     except Requeue:
         if main:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Protocol, runtime_checkable
 
+from lineage.layout import RunDir
+
 
 @runtime_checkable
 class StageModule(Protocol):
@@ -99,7 +101,7 @@ class StageContext:
 
     def output_dir(self, name: str) -> Path:
         """A fresh folder for output `name`. A folder an earlier attempt left behind is writable again."""
-        path = self.run_dir / "outputs" / name
+        path = RunDir(self.run_dir).output(name)
         if path.exists():
             for dirpath, _, filenames in os.walk(path):
                 for p in [dirpath, *(os.path.join(dirpath, f) for f in filenames)]:
@@ -110,7 +112,7 @@ class StageContext:
     @property
     def checkpoint_dir(self) -> Path:
         """Survives requeues: the same folder for every attempt of this run."""
-        path = self.run_dir / "checkpoints"
+        path = RunDir(self.run_dir).checkpoints
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -118,7 +120,7 @@ class StageContext:
     def attempt_dir(self) -> Path:
         """This attempt's own log folder (`<run>/attempts/<n>`); metrics, TensorBoard and the W&B run
         id stay one per run."""
-        path = self.run_dir / "attempts" / str(self.attempt)
+        path = RunDir(self.run_dir).attempt(self.attempt)
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -156,7 +158,7 @@ class StageContext:
         if not self.dist.is_main:
             return
         self._metrics.update(metrics)
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
+        with open(RunDir(self.run_dir).metrics, "a") as f:
             f.write(json.dumps({"step": step, "time": time.time(), **metrics}, sort_keys=True) + "\n")
         for tracker in self._trackers:
             tracker.log(metrics, step)

@@ -89,12 +89,12 @@ def _lineage(ctx) -> str:
         return ""
     spec = view.spec
     lines = [f"- input {role}: `{art}`" for role, art in sorted(view.inputs.items())]
-    code = spec.get("code") or {}
+    code = spec.code or {}
     if code.get("git_sha") or code.get("snapshot"):
         lines.append(f"- code: git {code.get('git_sha') or 'unknown'}{' (dirty)' if code.get('dirty') else ''}, "
                      f"snapshot `{code.get('snapshot')}`")
-    if spec.get("container_image"):
-        lines.append(f"- image: `{spec['container_image']}`")
+    if spec.container_image:
+        lines.append(f"- image: `{spec.container_image}`")
     return "\nLineage:\n" + "\n".join(lines) + "\n" if lines else ""
 
 

@@ -15,6 +15,7 @@ from typing import Callable
 
 from jobs.executors import Prepared
 from lineage import Store
+from lineage.layout import RunDir
 from lineage.states import RunState
 from runtime.entry import StageJob
 
@@ -40,15 +41,15 @@ class LocalExecutor:
             if not ok:
                 failed = [r for r in run_ids if store.run(r).state in (RunState.FAILED, RunState.CANCELLED) and r != run_id]
                 store.add_event(run_id, "status", state=RunState.CANCELLED, reason=f"upstream run {failed[0]} did not succeed")
-                echo(f"{run_id}  {spec['stage']:<9} CANCELLED (upstream failed)")
+                echo(f"{run_id}  {spec.stage:<9} CANCELLED (upstream failed)")
                 continue
-            folder = store.run_dir(run_id) / "logs"
+            folder = RunDir(store.run_dir(run_id)).logs
             executor = submitit.LocalExecutor(folder=folder)
-            executor.update_parameters(timeout_min=int(spec["resources"].get("time_min", 60)))
-            echo(f"{run_id}  {spec['stage']:<9} running (logs: {folder})")
+            executor.update_parameters(timeout_min=int(spec.resources.get("time_min", 60)))
+            echo(f"{run_id}  {spec.stage:<9} running (logs: {folder})")
             job = executor.submit(StageJob(str(store.root), run_id))
             try:
-                watch(job, store.run_dir(run_id), spec["stage"], echo)
+                watch(job, store.run_dir(run_id), spec.stage, echo)
             except Exception as e:   # a display that fails must not stop the wait for the job
                 echo(f"    (progress display stopped: {type(e).__name__}: {e})")
             while not job.done():   # watch() returns when it does, unless its display failed
@@ -68,10 +69,10 @@ class LocalExecutor:
                 if view.state not in (RunState.FAILED, RunState.CANCELLED):
                     store.add_event(run_id, "status", state=RunState.FAILED, reason="the job process died before recording an end")
                     view = store.run(run_id)
-                echo(f"{run_id}  {spec['stage']:<9} {view.state}: {view.reason}")
+                echo(f"{run_id}  {spec.stage:<9} {view.state}: {view.reason}")
                 echo(f"    log: {job.paths.stderr}")
             else:
-                echo(f"{run_id}  {spec['stage']:<9} SUCCEEDED  " + " ".join(f"{k}={v[:16]}" for k, v in view.outputs.items()))
+                echo(f"{run_id}  {spec.stage:<9} SUCCEEDED  " + " ".join(f"{k}={v[:16]}" for k, v in view.outputs.items()))
         sys.stdout.flush()
         return ok
 
@@ -83,7 +84,7 @@ PLAIN_EVERY_S = 30.0
 def watch(job, run_dir: Path, stage: str, echo: Callable[[str], None], poll_s: float = 0.5) -> None:
     """Wait for the job, showing what its progress.json says: a bar redrawn in place when stdout is
     a terminal; else a plain line when the step moved and PLAIN_EVERY_S has passed."""
-    from stages.ml.tracking import PROGRESS_FILE, duration
+    from stages.ml.tracking import duration
 
     tty = sys.stdout.isatty()
     bar, seen, said = None, None, time.monotonic()
@@ -91,7 +92,7 @@ def watch(job, run_dir: Path, stage: str, echo: Callable[[str], None], poll_s: f
         while not job.done():
             time.sleep(poll_s)
             try:
-                p = json.loads((run_dir / PROGRESS_FILE).read_text())
+                p = json.loads(RunDir(run_dir).progress.read_text())
                 step, total = int(p["step"]), int(p["total"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue   # not training yet (loading, or a stage without a loop)

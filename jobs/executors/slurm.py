@@ -23,6 +23,7 @@ from jobs.errors import ExecutorError
 from jobs.executors import Prepared
 from jobs.provenance import PROJECT_ROOT
 from lineage import Store
+from lineage.layout import RUNTIME, RunDir, run_path
 from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
 from runtime.entry import StageJob
 from runtime.image import BUNDLE_ENV, IMAGE_ENV, NODE_ADDRS_ENV, lacks_message, needs
@@ -334,13 +335,13 @@ class SlurmExecutor:
         import submitit
 
         if any(p.image is not None for p in prepared):
-            store.folder("runtime")   # made without following a link planted on the way
+            store.folder(RUNTIME)   # made without following a link planted on the way
             bundles.store(self.bundle or bundles.collect(), store.root)
         job_of: dict[str, str] = {}
         for run_id, prep in zip(run_ids, prepared):
             spec = store.run_spec(run_id)
-            ups = sorted({job_of[ref["run"]] for ref in spec.get("pending_inputs", {}).values()})
-            folder = store.run_dir(run_id) / "logs"
+            ups = sorted({job_of[ref["run"]] for ref in spec.pending_inputs.values()})
+            folder = RunDir(store.run_dir(run_id)).logs
             executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image))
             params = dict(prep.params)
             if ups:
@@ -351,7 +352,7 @@ class SlurmExecutor:
             store.add_event(run_id, "job", executor="slurm", job_id=job.job_id, folder=str(folder),
                             image=prep.image.reference if prep.image else None,
                             dependency=params.get("dependency"))
-            echo(f"{run_id}  {spec['stage']:<9} submitted as Slurm job {job.job_id}"
+            echo(f"{run_id}  {spec.stage:<9} submitted as Slurm job {job.job_id}"
                  + (f" (after {', '.join(ups)})" if ups else ""))
         return True
 
@@ -388,7 +389,7 @@ def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget, code: dic
         params, python = job(stage, target.profile, store_root, image, where)
         if image is not None and not image.pinned and not target.allow_unpinned:
             out.append(f"# WARNING: {image.name} ({image.image}) is not pinned by digest: a real submit refuses it")
-        folder = store_root / "runs" / f"<run {stage['stage']}>" / "logs"
+        folder = RunDir(run_path(store_root, f"<run {stage['stage']}>")).logs
         ups = sorted({st for st, _ in stage.get("upstream", {}).values()})
         dependency = "afterok:" + ":".join(f"<job {u}>" for u in ups) if ups else None
         out.append(f"### {stage['recipe']}/{stage['stage']}"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lineage.layout import RunDir
 from stages.contract import StageError
 
 #: Where the NeMo RL checkout lives in the nemo-rl image (v0.4.0.nemotron_3_nano).
@@ -158,7 +159,7 @@ def job_env(wandb: str) -> dict[str, str]:
 def _common(nodes: int, gpus_per_node: int, run_dir: Path, wandb: str, checkpointing: dict) -> dict:
     return {
         "cluster": {"num_nodes": nodes, "gpus_per_node": gpus_per_node},
-        "checkpointing": dict(checkpointing, enabled=True, checkpoint_dir=str(run_dir / "checkpoints" / "nemo_rl")),
+        "checkpointing": dict(checkpointing, enabled=True, checkpoint_dir=str(RunDir(run_dir).checkpoints / "nemo_rl")),
         "logger": {"log_dir": str(run_dir / "nemo_rl_logs"), "wandb_enabled": wandb != "disabled",
                    "tensorboard_enabled": True, "wandb": {"project": "jobs-nano3", "name": run_dir.name}},
     }

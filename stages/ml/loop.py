@@ -21,13 +21,13 @@ rank 0 only, so the stop decision is all-reduced each step: every rank saves and
 from __future__ import annotations
 
 import io
-import json
 import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from lineage.layout import write_kept
 from lineage.records import atomic_write
 from stages.contract import StageError
 
@@ -220,12 +220,9 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
                         "world_size": ctx.dist.world_size}, buf)
             atomic_write(ckpt, buf.getvalue())
             if keep:
-                snap = ctx.checkpoint_dir / "keep" / f"{name}-step{step:07d}"
                 buf = io.BytesIO()
                 torch.save(model.state_dict(), buf)
-                atomic_write(snap.with_suffix(".pt"), buf.getvalue())
-                atomic_write(snap.with_suffix(".json"), json.dumps({"step": step, "metrics": ctx.summary},
-                                                                   sort_keys=True).encode())
+                write_kept(ctx.checkpoint_dir, name, step, buf.getvalue(), ctx.summary, atomic_write)
         if distributed:
             dist.barrier()
 

@@ -27,12 +27,10 @@ import socket
 import time
 from pathlib import Path
 
+from lineage.layout import RunDir
 from stages.contract import Requeue, StageError
 
 MODES = ("offline", "online", "disabled")
-PROGRESS_FILE = "progress.json"
-
-
 def duration(seconds: float) -> str:
     """3h04m, 12m05s, 42s: short enough for a status column."""
     s = max(0, int(round(seconds)))
@@ -65,7 +63,7 @@ class Progress:
         print(f"[{self.name}] step {step}/{self.total} ({100 * step // self.total}%)  loss {loss:.4f}  "
               f"lr {lr:.2e}  {tokens_per_s:,.0f} tok/s  ETA {'?' if eta_s is None else duration(eta_s)}",
               flush=True)
-        atomic_write(self.ctx.run_dir / PROGRESS_FILE, json.dumps({
+        atomic_write(RunDir(self.ctx.run_dir).progress, json.dumps({
             "stage": self.name, "attempt": self.ctx.attempt, "step": step, "total": self.total,
             "loss": loss, "lr": lr, "tokens_per_s": tokens_per_s, "eta_s": eta_s, "time": time.time()},
             sort_keys=True).encode())

@@ -289,7 +289,8 @@ def test_tampered_input_is_refused_then_healed_by_rerunning_its_producer(fresh):
 def test_a_job_refuses_an_input_corrupted_after_submit(fresh, monkeypatch):
     """The in-job check: recorded while the input was good, corrupted before the job starts."""
     from jobs.executors.local import LocalExecutor
-    from jobs.plan import make_plan, record
+    from jobs.plan import make_plan
+    from jobs.record import record
 
     box = fresh
     for k, v in box.env.items():

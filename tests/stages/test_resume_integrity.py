@@ -206,7 +206,8 @@ def test_one_run_one_story_two_attempts_one_wandb_run_one_tensorboard(tmp_path):
     both writing offline W&B files of the same W&B run ID and event files in one TensorBoard folder."""
     from helpers import run_jobs
     from runtime.entry import execute
-    from jobs.plan import make_plan, record
+    from jobs.plan import make_plan
+    from jobs.record import record
     from jobs.provenance import CodeChanged
     from stages.ml.tracking import wandb_run_id
 

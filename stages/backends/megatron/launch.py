@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from lineage.layout import RunDir
 from stages.backends.megatron.config import BridgeJob, bridge, translate
 from stages.contract import StageError
 
@@ -172,7 +173,7 @@ def prepare(ctx, stage: str, gpus_per_node: int) -> tuple[BridgeJob, dict[str, P
     roles = ("corpus", "tokenizer") if stage == "pretrain" else ("model", "data")
     hf_model, revision, data = stage_data(stage, {r: ctx.input(r) for r in roles}, cfg.get("base_model", {}) or {})
     job = translate(cfg, stage, hf_model=hf_model, data=data, checkpoint_dir=str(ctx.checkpoint_dir),
-                    export_dir=str(ctx.run_dir / "outputs" / "model"), log_dir=str(ctx.run_dir),
+                    export_dir=str(RunDir(ctx.run_dir).output("model")), log_dir=str(ctx.run_dir),
                     run_name=f"{stage}-{ctx.run_id}", gpus=gpus_per_node * ctx.dist.world_size, hf_revision=revision)
     folder = ctx.run_dir / "megatron"
     folder.mkdir(parents=True, exist_ok=True)
