@@ -54,9 +54,10 @@ def _carries(prompt: str) -> bool:
 def test_reward_model_ranks_held_out_pairs(pipeline):
     rm = latest(pipeline, "rm")
     assert rm.metrics["rm/held_out_pairs"] == 400
-    assert rm.metrics["rm/held_out_accuracy"] > 0.9
-    # The saved artifact's own ranking (right sums over the carry dropped or added, the house style
-    # over the bare answer) is checked once, by test_rm.check_artifact.
+    # Above its own initialisation (the head fitted on frozen features plus the SFT likelihood), which
+    # alone ranks most pairs right: test_rm.check_beats_baselines checks the gap against its noise,
+    # and test_rm.check_artifact the saved artifact's own ranking.
+    assert rm.metrics["rm/held_out_accuracy"] > rm.metrics["rm/init_accuracy"]
 
 
 def test_eval_report_has_every_sample_and_the_run_summary_its_metrics(pipeline):
