@@ -21,6 +21,8 @@ smallest, and the standard deviation over seeds: tests/stages/test_rl.py asserts
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import statistics
@@ -94,6 +96,8 @@ def main() -> None:
     if unknown := [m for m in methods if m not in METHODS]:
         sys.exit(f"rl_seeds: unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from lineage import Store
+
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-rl-seeds-"))
     quiet = ["tracking.wandb=disabled"]
 
@@ -136,6 +140,24 @@ def main() -> None:
               f"{m['rm/held_out_accuracy'] - m['rm/init_accuracy']:+.4f} ({round((m['rm/held_out_accuracy'] - m['rm/init_accuracy']) * n):+d}) | "
               f"{low:+.4f} | {m['rm/sft_loglik_accuracy']:.4f} | {m['rm/frozen_head_accuracy']:.4f} | "
               f"{m['rm/sum/held_out_accuracy']:.3f} / {m['rm/style/held_out_accuracy']:.3f} |")
+    # The tests' margins, checked on every seed (CI checks them on seed 1234 only).
+    sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests"), str(Path(__file__).resolve().parents[1] / "tests" / "stages")]
+    from test_rl import MARGINS
+    from test_rm import check_beats_baselines
+
+    print("\n| seed | test_rm's claim (trained > its initialisation beyond noise, and the baselines) | "
+          "test_rl's margins (greedy / pass@1) |\n|---:|---|---|")
+    for seed, m in rms.items():
+        store = work / f"seed-{seed}" / "store"
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):   # the check prints its accuracies
+                check_beats_baselines(m, (Store(store).run_dir(newest(store, "rm").id) / "held_out.jsonl").read_text())
+            claim = "holds"
+        except AssertionError as e:
+            claim = f"fails: {str(e).splitlines()[0][:120]}"
+        margins = [f"{mm} {'ok' if after['exact_match'] - sft['exact_match'] > MARGINS[mm][0] and after['pass@1'] - sft['pass@1'] > MARGINS[mm][1] else 'UNDER'}"
+                   for s, mm, sft, after, _ in rows if s == seed]
+        print(f"| {seed} | {claim} | {', '.join(margins) or '-'} |")
     print("\n| method | gain in | mean | smallest | std over seeds |\n|---|---|---:|---:|---:|")
     for m in methods:
         for k in ("exact_match", "pass@1"):

@@ -50,9 +50,10 @@ SCHEMA = Map({
     "sft_carry_slips": Float(0, 1, required=False),   # absent: 0, every SFT answer right
     "note": Str(required=False),        # free text kept in the run record (`+data.note='why'`), unused
 })
-# Memory, an upper estimate (measured peak RSS: n_sft=1e6 479 MB, est. 544; max_operand=999 183 MB, est. 256):
-# the shuffled list of all operand pairs, every split as dicts and as joined text, the interpreter.
-BYTES_PER_PAIR, BYTES_PER_ROW, BASE_BYTES = 100, 400, 150 * 2**20
+# Memory, an upper estimate (measured peak RSS: n_sft=1e6 479 MB, est. 544, before the split by unordered
+# pair): the operand pairs (unordered, then the train pairs in both orders: 129 bytes an ordered pair
+# measured at max_operand=999), every split as dicts and as joined text, the interpreter.
+BYTES_PER_PAIR, BYTES_PER_ROW, BASE_BYTES = 160, 400, 150 * 2**20
 
 
 def estimate_bytes(cfg: dict) -> int:
