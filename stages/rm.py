@@ -157,10 +157,16 @@ def _measure(model, tokenizer, pairs: list[dict], batch: int = 256) -> dict:
 def held_out_margins(model, tokenizer, pairs: list[dict]) -> dict:
     """Per pair, score(chosen) - score(rejected) for: the reward, its head term alone, its
     log-likelihood alone (sum) and that log-likelihood per token; (n,) tensors."""
+    import torch
+
     m = _measure(model, tokenizer, pairs)
     (_, headc, lc, nc), (_, headr, lr, nr) = m["c"], m["r"]
     reward = (headc + model.alpha * lc) - (headr + model.alpha * lr) if model.loglik else headc - headr
-    return {"reward": reward, "head": headc - headr, "loglik": lc - lr, "mean_loglik": lc / nc - lr / nr}
+    # The same stripped answer has the same likelihood: an exact tie (the two sides' batches differ in
+    # padding, which moves the float sums by ~1e-6 and would give the tie a random sign).
+    same = torch.tensor([p["chosen"].strip() == p["rejected"].strip() for p in pairs])
+    loglik, mean_loglik = (torch.where(same, 0.0, x) for x in (lc - lr, lc / nc - lr / nr))
+    return {"reward": reward, "head": headc - headr, "loglik": loglik, "mean_loglik": mean_loglik}
 
 
 FIT_STEPS, FIT_LR = 300, 0.05   # full-batch Adam over all training pairs (one linear map)
