@@ -26,10 +26,13 @@ from helpers import artifact_path, latest
 from jobs import recipes
 
 #: Asserted accuracy gap between the trained reward and its initialisation on the 400 held-out pairs,
-#: and the share of "style" pairs the trained reward must rank right. See MEASURED.
-INIT_GAP, STYLE_MIN = 0.0, 0.9
-#: Measured (recipes/tiny/README.md has the table): filled in from bench/rl_seeds.py.
-MEASURED = None
+#: and the share of "style" pairs the trained reward must rank right. Measured by bench/rl_seeds.py
+#: (2026-11-26 09:00-09:37 UTC, AMD EPYC host, load ~25 from other jobs; recipes/tiny/README.md has
+#: the table), seeds 1234 / 7 / 42: trained 0.975 / 0.985 / 0.995, initialisation 0.9025 / 0.960 /
+#: 0.925 (+29 / +10 / +28 pairs; pairs gained 32 / 14 / 28, lost 3 / 4 / 0), the bootstrap's 0.5%
+#: quantile of the gain +0.040 / -0.0025 / +0.040; "style" pairs 1.000 on all three. So the claim
+#: holds on seeds 1234 and 42 and not on seed 7, where training's 10 pairs are within the noise.
+INIT_GAP, STYLE_MIN = 0.02, 0.9
 
 
 def _right(margin: float) -> float:
