@@ -9,7 +9,15 @@ A like-for-like pair on one machine, measured in one run: the tiny recipe's SFT 
 exact-match reward never reads; reused when present), the data stage's rl prompts,
 P prompts x G samples per optimizer step (one step per generation batch), T new tokens sampled at
 temperature 1 with HF `generate`, an exact-match reward, the same k3 KL coefficient, clip 0.2/0.28,
-lr and torch thread count on both sides.
+lr and torch thread count on both sides, and the same update: advantages against the group mean
+divided by the group's std (ours: `use_leave_one_out_baseline=false`; TRL's default), AdamW betas
+(0.9, 0.95) with no weight decay, a constant learning rate from the first step (ours: warmup 0 and
+min_lr_ratio 1; TRL: lr_scheduler_type constant), gradients clipped at norm 1.
+
+--model pretrain samples from the pretrained model instead: it has not learned to stop after the
+answer, so with a larger --max-new-tokens (say 24) every completion runs to the limit and is longer
+than its prompt (~7 tokens). Ours packs each group's prompt once: the larger the prompt's share of
+the tokens, the more that saves, so this shape shows the gain where it is smallest.
 
 Ours: `jobs submit tiny --stage rl` (local executor, Ray actors); each step logs `rl/step_time_s`
 (generation, reward, train step, refit) and `rl/generated_tokens` (eos included) to metrics.jsonl.
@@ -63,15 +71,16 @@ def artifact_dir(store: Path, alias: str) -> Path | None:
         return None
 
 
-def ensure_upstream(store: Path) -> tuple[Path, Path]:
-    """The SFT model folder and the rl prompts folder; the pipeline up to rm is built if missing (a
-    checkout that changed since would re-run every stage, so each present piece is reused as is)."""
+def ensure_upstream(store: Path, model: str = "sft") -> tuple[Path, Path]:
+    """The policy's model folder (tiny's sft or pretrain model) and the rl prompts folder; the pipeline
+    up to rm is built if missing (a checkout that changed since would re-run every stage, so each
+    present piece is reused as is)."""
     if artifact_dir(store, "tiny/sft/model:latest") is None:
         print(f"building data, pretrain, sft, rm into {store} (minutes) ...", file=sys.stderr)
         jobs(store, "submit", "tiny", "--stage", "data,pretrain,sft,rm", "tracking.wandb=disabled", *RM_STUB)
     elif artifact_dir(store, "tiny/rm/reward_model:latest") is None:
         jobs(store, "submit", "tiny", "--stage", "rm", "tracking.wandb=disabled", *RM_STUB)
-    return artifact_dir(store, "tiny/sft/model:latest"), artifact_dir(store, "tiny/data/rl:latest")
+    return artifact_dir(store, f"tiny/{model}/model:latest"), artifact_dir(store, "tiny/data/rl:latest")
 
 
 def summarize(times: list[float], tokens: list[int], skip: int) -> dict:
@@ -82,6 +91,9 @@ def summarize(times: list[float], tokens: list[int], skip: int) -> dict:
 
 def run_ours(store: Path, a: argparse.Namespace, dynamic: bool = False) -> dict:
     overrides = [
+        # The update TRL's GRPOTrainer makes: group-mean baseline, constant lr from step 0.
+        "rl.grpo.use_leave_one_out_baseline=false", "rl.policy.warmup=0", "rl.policy.min_lr_ratio=1.0",
+        "rl.policy.weight_decay=0.0", "rl.policy.max_grad_norm=1.0",
         "rl.algorithm=grpo", f"rl.grpo.num_prompts_per_step={a.prompts}",
         f"rl.grpo.num_generations_per_prompt={a.generations}", f"rl.grpo.max_num_steps={a.steps}",
         "rl.generation.backend=hf", f"rl.generation.max_new_tokens={a.max_new_tokens}",
@@ -93,6 +105,8 @@ def run_ours(store: Path, a: argparse.Namespace, dynamic: bool = False) -> dict:
         f"rl.grpo.val_period={a.steps + 1}", f"rl.checkpointing.save_period={a.steps + 1}",
         "tracking.wandb=disabled", "tracking.tensorboard=false",
     ]
+    if a.model != "sft":
+        overrides.append(f"--input=policy=tiny/{a.model}/model:latest")
     out = jobs(store, "submit", "tiny", "--stage", "rl", "--force", *overrides)
     run_id = re.findall(r"^(\S+)\s+rl\s+SUCCEEDED", out, re.M)
     if not run_id:
@@ -144,6 +158,9 @@ def run_trl(model_dir: Path, prompts_dir: Path, a: argparse.Namespace) -> dict:
         num_generations=a.generations, num_iterations=1, max_completion_length=a.max_new_tokens,
         temperature=1.0, beta=a.kl, learning_rate=a.lr, max_steps=a.steps, loss_type="bnpo",
         epsilon=0.2, epsilon_high=0.28, use_bias_correction_kl=False, use_vllm=False,
+        # Our loop's optimizer and schedule (stages/ml/loop.py): AdamW (0.9, 0.95), no decay, constant lr.
+        adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0, lr_scheduler_type="constant", warmup_steps=0,
+        max_grad_norm=1.0, scale_rewards="group",
     )
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=exact_match, args=config,
                           train_dataset=Dataset.from_list(rows), callbacks=[StepClock()])
@@ -167,6 +184,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides (1: the machine is shared)")
     ap.add_argument("--rounds", type=int, default=1, help="ours then TRL, this many times")
     ap.add_argument("--dynamic", action="store_true", help="also ours with dynamic sampling (not the same update)")
+    ap.add_argument("--model", choices=("sft", "pretrain"), default="sft",
+                    help="the policy: tiny's SFT model, or the pretrained one (completions run to --max-new-tokens)")
     a = ap.parse_args()
     if a.steps <= a.skip:
         raise SystemExit("--steps must exceed --skip")
@@ -175,7 +194,7 @@ def main() -> None:
 
     command = " ".join([os.path.relpath(sys.executable), *sys.argv])
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    model_dir, prompts_dir = ensure_upstream(a.store)
+    model_dir, prompts_dir = ensure_upstream(a.store, a.model)
     rows = []                      # (name, result, load before, load after)
 
     def timed(name: str, fn, *args, **kw) -> dict:
@@ -195,7 +214,7 @@ def main() -> None:
 
     import trl as trl_pkg
 
-    print(f"`{command}`, {date}; P={a.prompts} prompts x G={a.generations} samples, T={a.max_new_tokens} new "
+    print(f"`{command}`, {date}; policy: tiny's {a.model} model; P={a.prompts} prompts x G={a.generations} samples, T={a.max_new_tokens} new "
           f"tokens, KL {a.kl}, lr {a.lr}, {a.threads} torch threads; {a.steps} steps, first {a.skip} not counted; "
           f"TRL {trl_pkg.__version__}; {os.cpu_count()} cores\n")
     print("| | s/step | steps/min | generated tokens/s | tokens/step | mean reward | load avg 1/5/15 min before -> after |\n"

@@ -21,6 +21,8 @@ smallest, and the standard deviation over seeds: tests/stages/test_rl.py asserts
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import statistics
@@ -69,6 +71,20 @@ def results(store: Path, model: str) -> dict:
     return json.loads((Path(Store(store).artifact(report)["path"]) / "results.json").read_text())
 
 
+def _gain_low(store: Path) -> float:
+    """The paired bootstrap's 0.5% quantile of the reward model's accuracy gain over its initialisation
+    on the held-out pairs (held_out.jsonl): the gain the test asserts must stay above it."""
+    import random
+
+    from lineage import Store
+
+    rows = [json.loads(line) for line in (Store(store).run_dir(newest(store, "rm").id) / "held_out.jsonl").read_text().splitlines()]
+    right = lambda v: 1.0 if v > 0 else 0.5 if v == 0 else 0.0   # noqa: E731
+    wins = [right(r["held_out"]) - right(r["init"]) for r in rows]
+    rng = random.Random(0)
+    return sorted(sum(rng.choices(wins, k=len(wins))) / len(wins) for _ in range(2000))[10]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1234, 7, 42])
@@ -80,6 +96,8 @@ def main() -> None:
     if unknown := [m for m in methods if m not in METHODS]:
         sys.exit(f"rl_seeds: unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from lineage import Store
+
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-rl-seeds-"))
     quiet = ["tracking.wandb=disabled"]
 
@@ -113,11 +131,33 @@ def main() -> None:
     for seed, m, sft, after, secs in rows:
         cells = [f"{sft[k]:.3f} -> {after[k]:.3f} ({after[k] - sft[k]:+.3f})" for k in METRICS]
         print(f"| {seed} | {m} | " + " | ".join(cells) + f" | {secs:.0f} |")
-    print("\n| seed | reward model | SFT likelihood alone | head alone (frozen SFT features) | RM on sum / style pairs |")
-    print("|---:|---:|---:|---:|---|")
+    print("\n| seed | reward model | its initialisation | gain (pairs) | bootstrap 0.5% of gain | SFT likelihood alone "
+          "| head alone (frozen SFT features) | RM on sum / style pairs |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
     for seed, m in rms.items():
-        print(f"| {seed} | {m['rm/held_out_accuracy']:.3f} | {m['rm/sft_loglik_accuracy']:.3f} | "
-              f"{m['rm/frozen_head_accuracy']:.3f} | {m['rm/sum/held_out_accuracy']:.3f} / {m['rm/style/held_out_accuracy']:.3f} |")
+        n, low = m["rm/held_out_pairs"], _gain_low(work / f"seed-{seed}" / "store")
+        print(f"| {seed} | {m['rm/held_out_accuracy']:.4f} | {m['rm/init_accuracy']:.4f} | "
+              f"{m['rm/held_out_accuracy'] - m['rm/init_accuracy']:+.4f} ({round((m['rm/held_out_accuracy'] - m['rm/init_accuracy']) * n):+d}) | "
+              f"{low:+.4f} | {m['rm/sft_loglik_accuracy']:.4f} | {m['rm/frozen_head_accuracy']:.4f} | "
+              f"{m['rm/sum/held_out_accuracy']:.3f} / {m['rm/style/held_out_accuracy']:.3f} |")
+    # The tests' margins, checked on every seed (CI checks them on seed 1234 only).
+    sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests"), str(Path(__file__).resolve().parents[1] / "tests" / "stages")]
+    from test_rl import MARGINS
+    from test_rm import check_beats_baselines
+
+    print("\n| seed | test_rm's claim (trained > its initialisation beyond noise, and the baselines) | "
+          "test_rl's margins (greedy / pass@1) |\n|---:|---|---|")
+    for seed, m in rms.items():
+        store = work / f"seed-{seed}" / "store"
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):   # the check prints its accuracies
+                check_beats_baselines(m, (Store(store).run_dir(newest(store, "rm").id) / "held_out.jsonl").read_text())
+            claim = "holds"
+        except AssertionError as e:
+            claim = f"fails: {str(e).splitlines()[0][:120]}"
+        margins = [f"{mm} {'ok' if after['exact_match'] - sft['exact_match'] > MARGINS[mm][0] and after['pass@1'] - sft['pass@1'] > MARGINS[mm][1] else 'UNDER'}"
+                   for s, mm, sft, after, _ in rows if s == seed]
+        print(f"| {seed} | {claim} | {', '.join(margins) or '-'} |")
     print("\n| method | gain in | mean | smallest | std over seeds |\n|---|---|---:|---:|---:|")
     for m in methods:
         for k in ("exact_match", "pass@1"):

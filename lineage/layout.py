@@ -65,7 +65,7 @@ class RunDir:
 
     @property
     def progress(self) -> Path:
-        """The stage's latest progress (stages.tracking.Progress), replaced as it goes."""
+        """The stage's latest progress (stages.ml.tracking.Progress), replaced as it goes."""
         return self.path / "progress.json"
 
 

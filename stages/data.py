@@ -9,10 +9,18 @@ Outputs (each a folder, each registered as an artifact):
                           sum vs its tens digit one up or one down, or the sum cut short or run on)
                           and "style" (the right sum written " 68", the house style, vs the bare
                           "68" SFT learned): a preference SFT does not hold
+    prefs/validation.jsonl  the same kinds of pair on the dev split, one per dev pair: the reward
+                          model's held-out pairs (rm.held_out: validation)
     rl/train.jsonl        {"prompt", "answer"}: prompts a verifier can score
-    rl/validation.jsonl   the first n_rl_val held-out pairs: the rl stage's periodic validation
-    eval/test.jsonl       held-out {"prompt", "answer"}; no training split contains these pairs
+    rl/validation.jsonl   the first n_rl_val dev pairs: the rl stage's periodic validation
+    eval/test.jsonl       {"prompt", "answer"} of the test split, read by the eval stage only
     tokenizer/            a character-level tokenizer trained with `tokenizers`, saved in HF format
+
+Splits are made of unordered operand pairs, so "23+45=" and its commuted twin "45+23=" always fall
+in the same split: test (n_eval pairs, one prompt each), dev (n_dev pairs, one prompt each: RL
+validation, the reward model's held-out pairs, and any tuning of the recipe) and train (the rest, both
+orders; every training split draws from it). The one-digit sums the corpus writes are train pairs
+only, so neither held-out split contains a sum the pretraining text spells out.
 
 Launch: jobs submit tiny --stage data [data.n_sft=5000]
 """
@@ -38,17 +46,19 @@ SCHEMA = Map({
     "n_sft": Int(1, ROWS),
     "n_prefs": Int(1, ROWS),
     "n_rl": Int(1, ROWS),
+    "n_dev": Int(1, ROWS),
     "n_rl_val": Int(1, ROWS),
     "sft_carry_slips": Float(0, 1, required=False),   # absent: 0, every SFT answer right
     "note": Str(required=False),        # free text kept in the run record (`+data.note='why'`), unused
 })
-# Memory, an upper estimate (measured peak RSS: n_sft=1e6 479 MB, est. 544; max_operand=999 183 MB, est. 256):
-# the shuffled list of all operand pairs, every split as dicts and as joined text, the interpreter.
-BYTES_PER_PAIR, BYTES_PER_ROW, BASE_BYTES = 100, 400, 150 * 2**20
+# Memory, an upper estimate (measured peak RSS: n_sft=1e6 479 MB, est. 544, before the split by unordered
+# pair): the operand pairs (unordered, then the train pairs in both orders: 129 bytes an ordered pair
+# measured at max_operand=999), every split as dicts and as joined text, the interpreter.
+BYTES_PER_PAIR, BYTES_PER_ROW, BASE_BYTES = 160, 400, 150 * 2**20
 
 
 def estimate_bytes(cfg: dict) -> int:
-    rows = cfg["n_eval"] + cfg["n_corpus_lines"] + cfg["n_sft"] + cfg["n_prefs"] + cfg["n_rl"] + cfg["n_rl_val"]
+    rows = cfg["n_eval"] + cfg["n_corpus_lines"] + cfg["n_sft"] + cfg["n_prefs"] + cfg["n_rl"] + 2 * cfg["n_dev"]
     return BASE_BYTES + (cfg["max_operand"] + 1) ** 2 * BYTES_PER_PAIR + rows * BYTES_PER_ROW
 
 
@@ -60,11 +70,12 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     if problems:
         return problems
     cfg = config["data"]
-    if cfg["n_eval"] >= (cfg["max_operand"] + 1) ** 2:
-        problems.append(f"data.n_eval {cfg['n_eval']} leaves no training pairs out of "
-                        f"{(cfg['max_operand'] + 1) ** 2} (max_operand {cfg['max_operand']})")
-    if cfg["n_rl_val"] > cfg["n_eval"]:
-        problems.append(f"data.n_rl_val {cfg['n_rl_val']} > data.n_eval {cfg['n_eval']} (validation comes from the held-out pairs)")
+    room = len(_unordered_pairs(cfg["max_operand"])[1])
+    if cfg["n_eval"] + cfg["n_dev"] >= room:
+        problems.append(f"data.n_eval {cfg['n_eval']} + data.n_dev {cfg['n_dev']} must leave training pairs: "
+                        f"{room} unordered pairs can be held out (max_operand {cfg['max_operand']}, one-digit sums excluded)")
+    if cfg["n_rl_val"] > cfg["n_dev"]:
+        problems.append(f"data.n_rl_val {cfg['n_rl_val']} > data.n_dev {cfg['n_dev']} (validation comes from the dev pairs)")
     mem_gb = (resources or {}).get("mem_gb")
     if mem_gb and estimate_bytes(cfg) > mem_gb * 2**30:
         problems.append(f"data needs about {estimate_bytes(cfg) / 2**30:.1f} GB of memory, more than the "
@@ -81,9 +92,12 @@ def run(ctx) -> dict[str, Path]:
     slips = random.Random(f"{cfg['seed']}/sft-slips")  # its own stream: the other splits do not depend on it
     top = cfg["max_operand"]
 
-    pairs = [(a, b) for a in range(top + 1) for b in range(top + 1)]
-    rng.shuffle(pairs)
-    held_out, train = pairs[: cfg["n_eval"]], pairs[cfg["n_eval"]:]
+    seen, rest = _unordered_pairs(top)
+    rng.shuffle(rest)
+    n_test, n_dev = cfg["n_eval"], cfg["n_dev"]
+    test = [_oriented(rng, p) for p in rest[:n_test]]
+    dev = [_oriented(rng, p) for p in rest[n_test:n_test + n_dev]]
+    train = [q for x, y in rest[n_test + n_dev:] + seen for q in ((x, y), (y, x))[:1 if x == y else 2]]
 
     out = {
         "corpus": _write_lines(ctx.output_dir("corpus") / "train.txt", _corpus(rng, top, cfg["n_corpus_lines"])),
@@ -91,13 +105,24 @@ def run(ctx) -> dict[str, Path]:
                             [_demonstration(slips, cfg.get("sft_carry_slips", 0.0), *rng.choice(train)) for _ in range(cfg["n_sft"])]),
         "prefs": _write_jsonl(ctx.output_dir("prefs") / "train.jsonl", [_preference(i, *rng.choice(train)) for i in range(cfg["n_prefs"])]),
         "rl": _write_jsonl(ctx.output_dir("rl") / "train.jsonl", [_example(*rng.choice(train)) for _ in range(cfg["n_rl"])]),
-        "eval": _write_jsonl(ctx.output_dir("eval") / "test.jsonl", [_example(a, b) for a, b in held_out]),
+        "eval": _write_jsonl(ctx.output_dir("eval") / "test.jsonl", [_example(a, b) for a, b in test]),
     }
-    # Validation for rl watches held-out prompts (no rng drawn: the other splits stay as they were).
-    _write_jsonl(out["rl"] / "validation.jsonl", [_example(a, b) for a, b in held_out[:cfg["n_rl_val"]]])
+    _write_jsonl(out["prefs"] / "validation.jsonl", [_preference(i, a, b) for i, (a, b) in enumerate(dev)])
+    _write_jsonl(out["rl"] / "validation.jsonl", [_example(a, b) for a, b in dev[:cfg["n_rl_val"]]])
     out["tokenizer"] = _train_tokenizer(ctx.output_dir("tokenizer"), out["corpus"] / "train.txt")
-    ctx.log({"n_train_pairs": len(train), "n_eval": len(held_out)}, step=0)
+    ctx.log({"n_train_pairs": len(train), "n_dev": len(dev), "n_eval": len(test)}, step=0)
     return out
+
+
+def _unordered_pairs(top: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Every unordered operand pair (a <= b) in [0, top]: (the one-digit sums the corpus writes, the rest)."""
+    pairs = [(a, b) for b in range(top + 1) for a in range(b + 1)]
+    return [p for p in pairs if p[1] <= 9], [p for p in pairs if p[1] > 9]
+
+
+def _oriented(rng: random.Random, pair: tuple[int, int]) -> tuple[int, int]:
+    """A held-out pair's one prompt: its operands in an order drawn from the seed."""
+    return pair if rng.random() < 0.5 else pair[::-1]
 
 
 def _example(a: int, b: int) -> dict:
@@ -126,7 +151,7 @@ def _preference(i: int, a: int, b: int) -> dict:
     as one down, on carrying sums and on the others alike; on a carrying sum "one down" is the carry
     dropped, the slip the SFT data teach, which SFT's likelihood ranks the wrong way. A reward model
     shown one direction only learns it as a rule, and GRPO on it follows the rule: with only "down"
-    rejected, it added carries everywhere (an earlier session); with only the slip rejected on
+    rejected, it added carries everywhere; with only the slip rejected on
     carrying sums, it added their carry twice (seed 1234, AMD EPYC host: held-out greedy 0.756 ->
     0.798, 26 of 94 carrying validation sums ten too high). A quarter reject the right answer cut
     short ("10", or one time in two for a three-digit sum "1", for 108) and a quarter the answer run

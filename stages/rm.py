@@ -4,7 +4,7 @@ Inputs:  model (model: the SFT causal LM folder)
          data  (pref-data: train.jsonl of {"prompt", "chosen", "rejected"})
 Outputs: reward_model (reward-model: the fine-tuned LM in HF format + reward_head.safetensors;
                        `load_reward_model(folder)` gives the scorer a later stage (RL) uses)
-Launch:  jobs submit tiny --stage rm [rm.steps=600 rm.loglik=false]
+Launch:  jobs submit tiny --stage rm [rm.steps=600 rm.loglik=false; rm.steps=0: the initialisation alone]
 Backend: `rm.backend: torch` trains here on CPU; `nemo_rl` (nano3) runs NeMo RL's run_rm.py in its
          container (stages/backends/nemo_rl.py).
 
@@ -19,15 +19,20 @@ head's to read. Taken as written, the house style's space (which SFT never saw) 
 head grew to cancel it, and a head that large rated text unlike any pair arbitrarily: seed 42's
 scored a bare "1" above the right sum for 94% of prompts, and GRPO on it answered "1".
 
-The last `rm.held_out` share of pairs is never trained on. On it the stage reports the trained
-reward's preference accuracy (rm/held_out_accuracy) and two baselines it has to beat, so
-that a reward model which only restates the SFT model shows (metrics.jsonl: the baselines at step
-0, all three side by side at the last step; held_out.jsonl: the margins pair by pair):
-    rm/sft_loglik_accuracy   the SFT model's log-likelihood alone (sum over the response and <eos>;
-                             rm/sft_mean_loglik_accuracy: the per-token mean): no RM training at all
-    rm/frozen_head_accuracy  the head alone: the same head fitted with the same loss on the frozen
-                             SFT model's features (no LM update, no likelihood term; `fit_head`)
-Rows with a "kind" (tiny's "sum" and "style" pairs) also get each accuracy per kind.
+Held-out pairs are never trained on: `rm.held_out: validation` takes the data's validation.jsonl
+(tiny's are built on the dev split's operand pairs, none of which a training pair shares), a share
+in (0, 1) the last share of train.jsonl. On them the stage reports the trained reward's preference
+accuracy (rm/held_out_accuracy) next to the baselines it has to beat, all read the way the model
+reads a response (metrics.jsonl: the baselines at step 0, all side by side at the last step;
+held_out.jsonl: the margins pair by pair):
+    rm/init_accuracy         the reward model before its first step: the fitted head plus the
+                             likelihood term (`rm.steps=0` saves exactly this model). What training adds.
+    rm/sft_loglik_accuracy   the SFT model's log-likelihood of the stripped response (sum over the
+                             answer and <eos>; rm/sft_mean_loglik_accuracy: the per-token mean)
+    rm/frozen_head_accuracy  the head alone, fitted on the frozen SFT features (no likelihood term)
+A pair whose margin is exactly 0 (the likelihood of " 68" vs "68", both read as "68") counts as half
+right: a tie is a coin flip, not a loss. Rows with a "kind" (tiny's "sum" and "style" pairs) also get
+each accuracy per kind.
 """
 from __future__ import annotations
 
@@ -130,10 +135,9 @@ def load_reward_model(path: Path):
     return model.eval()
 
 
-def _measure(model, tokenizer, pairs: list[dict], batch: int = 256, as_written: bool = False) -> dict:
-    """For chosen and for rejected (keys "c", "r"): hidden features, head term, log-likelihood
-    (of the stripped responses, or with `as_written` of the responses as written) and its length in
-    tokens (<eos> included), batch by batch, without gradients."""
+def _measure(model, tokenizer, pairs: list[dict], batch: int = 256) -> dict:
+    """For chosen and for rejected (keys "c", "r"): hidden features, head term, log-likelihood of
+    the stripped response and its length in tokens (<eos> included), batch by batch, without gradients."""
     import torch
 
     out: dict = {}
@@ -143,21 +147,27 @@ def _measure(model, tokenizer, pairs: list[dict], batch: int = 256, as_written: 
             for i in range(0, len(pairs), batch):
                 chunk = pairs[i:i + batch]
                 written, stripped = inputs(tokenizer, [p["prompt"] for p in chunk], [p[key] for p in chunk])
-                h, loglik = model.features(written, None if as_written else stripped)
-                said = [p[key] if as_written else p[key].strip() for p in chunk]
+                h, loglik = model.features(written, stripped)
+                said = [p[key].strip() for p in chunk]
                 length = torch.tensor([len(x) for x in lm.encode(tokenizer, said, bos=False, eos=True)], dtype=torch.float)
                 parts.append((h, model.head(h).squeeze(-1), loglik, length))
             out[side] = [torch.cat(x) for x in zip(*parts)]
     return out
 
 
-def held_out_margins(model, tokenizer, pairs: list[dict], as_written: bool = False) -> dict:
+def held_out_margins(model, tokenizer, pairs: list[dict]) -> dict:
     """Per pair, score(chosen) - score(rejected) for: the reward, its head term alone, its
     log-likelihood alone (sum) and that log-likelihood per token; (n,) tensors."""
-    m = _measure(model, tokenizer, pairs, as_written=as_written)
+    import torch
+
+    m = _measure(model, tokenizer, pairs)
     (_, headc, lc, nc), (_, headr, lr, nr) = m["c"], m["r"]
     reward = (headc + model.alpha * lc) - (headr + model.alpha * lr) if model.loglik else headc - headr
-    return {"reward": reward, "head": headc - headr, "loglik": lc - lr, "mean_loglik": lc / nc - lr / nr}
+    # The same stripped answer has the same likelihood: an exact tie (the two sides' batches differ in
+    # padding, which moves the float sums by ~1e-6 and would give the tie a random sign).
+    same = torch.tensor([p["chosen"].strip() == p["rejected"].strip() for p in pairs])
+    loglik, mean_loglik = (torch.where(same, 0.0, x) for x in (lc - lr, lc / nc - lr / nr))
+    return {"reward": reward, "head": headc - headr, "loglik": loglik, "mean_loglik": mean_loglik}
 
 
 FIT_STEPS, FIT_LR = 300, 0.05   # full-batch Adam over all training pairs (one linear map)
@@ -180,15 +190,26 @@ def fit_head(features_c, features_r, offset=None):
 
 
 def _accuracies(margins: dict, pairs: list[dict]) -> dict[str, float]:
-    """rm/<name>: the share of positive margins; rm/<kind>/<name> for each kind the rows name."""
+    """rm/<name>: the share of positive margins, a tie counting half; rm/<kind>/<name> for each kind
+    the rows name."""
     kinds = sorted({p["kind"] for p in pairs if isinstance(p.get("kind"), str)})
     out = {}
     for name, m in margins.items():
-        out[f"rm/{name}"] = (m > 0).float().mean().item()
+        right = (m > 0).float() + 0.5 * (m == 0).float()
+        out[f"rm/{name}"] = right.mean().item()
         for kind in kinds:
             picked = [i for i, p in enumerate(pairs) if p.get("kind") == kind]
-            out[f"rm/{kind}/{name}"] = (m[picked] > 0).float().mean().item()
+            out[f"rm/{kind}/{name}"] = right[picked].mean().item()
     return out
+
+
+def held_out_split(cfg: dict, data: Path) -> tuple[list[dict], list[dict]]:
+    """(training pairs, held-out pairs) as `rm.held_out` says."""
+    pairs = formats.preference_pairs(data)
+    if cfg["held_out"] == "validation":
+        return pairs, formats.preference_pairs(data, "validation")
+    cut = int(len(pairs) * (1 - cfg["held_out"]))
+    return pairs[:cut], pairs[cut:]
 
 
 def check_config(config: dict, resources: dict | None = None) -> list[str]:
@@ -206,8 +227,15 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
         return [f"rm.backend must be torch or nemo_rl (got {backend!r})"]
     from stages.schema import Float, Int, Map, check
 
-    return check(cfg, Map({"held_out": Float(0, 1, open_lo=True, open_hi=True), "batch_size": Int(1, 1 << 20),
-                           "steps": Int(1, 10**9), "lr": Float(0, 1, open_lo=True)}, extra=True), "rm")
+    held_out = cfg.get("held_out")
+    schema = {"batch_size": Int(1, 1 << 20), "steps": Int(0, 10**9), "lr": Float(0, 1, open_lo=True)}
+    if isinstance(held_out, str):
+        problems = [] if held_out == "validation" else [
+            f"rm.held_out must be validation (the data's validation.jsonl) or a share in (0, 1) (got {held_out!r})"]
+    else:
+        schema["held_out"] = Float(0, 1, open_lo=True, open_hi=True)
+        problems = []
+    return problems + check(cfg, Map(schema, extra=True), "rm")
 
 
 def preview(config: dict, resources: dict) -> str | None:
@@ -228,27 +256,20 @@ def run(ctx) -> dict[str, Path]:
         from stages.backends import nemo_rl
 
         return nemo_rl.run_stage(ctx, "rm")
-    problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
-    if problems:
-        raise StageError("rm: " + "; ".join(problems))
-    # Fail fast.
-    problems = []
-    if not 0 < cfg["held_out"] < 1:
-        problems.append(f"rm.held_out must be in (0, 1) (got {cfg['held_out']})")
+    # Fail fast: what submit checked (a context built elsewhere was not), and what needs the allocation.
+    problems = check_config(ctx.config)
     if cfg.get("batch_size", 0) % ctx.dist.world_size:
         problems.append(f"rm.batch_size {cfg.get('batch_size')} does not split over {ctx.dist.world_size} ranks")
     if problems:
         raise StageError("rm: " + "; ".join(problems))
-    schedule = Schedule.from_config(cfg)
+    schedule = Schedule.from_config(cfg) if cfg["steps"] else None   # 0: the initialisation alone
     seed = ctx.config["seed"]
     lm.setup_torch(seed, ctx.dist, cpus=ctx.resources.cpus_per_task)
 
     # Setup: SFT model + zero head; pairs split into train and a held-out tail.
     tokenizer = lm.load_tokenizer(ctx.input("model"))
     model = reward_model_class()(lm.load_model(ctx.input("model")), loglik=bool(cfg.get("loglik", True)))
-    pairs = formats.preference_pairs(ctx.input("data"))
-    cut = int(len(pairs) * (1 - cfg["held_out"]))
-    train_pairs, test_pairs = pairs[:cut], pairs[cut:]
+    train_pairs, test_pairs = held_out_split(cfg, ctx.input("data"))
 
     def loss_fn(m, step, rank, world):
         picked = [train_pairs[i] for i in batches.indices(seed, step, len(train_pairs), cfg["batch_size"], rank, world)]
@@ -260,21 +281,23 @@ def run(ctx) -> dict[str, Path]:
     # Baselines on the SFT model as it comes; train; measure the reward on the same held-out pairs.
     with tracking.session(ctx):
         model.eval()
-        before = held_out_margins(model, tokenizer, test_pairs, as_written=True)  # the SFT model's own preference
         fit, test = _measure(model, tokenizer, train_pairs), _measure(model, tokenizer, test_pairs)
         alone = fit_head(fit["c"][0], fit["r"][0])
-        baselines = {"sft_loglik_accuracy": before["loglik"], "sft_mean_loglik_accuracy": before["mean_loglik"],
-                     "frozen_head_accuracy": (test["c"][0] - test["r"][0]) @ alone}
         # The head starts fitted to the frozen SFT features next to the likelihood: from a zero head,
         # lr 1e-4 bent the LM to do the head's work ("sum" pairs fell from 0.97 to 0.70 held-out).
         model.head.weight.data.copy_(fit_head(fit["c"][0], fit["r"][0], fit["c"][2] - fit["r"][2]) if model.loglik
                                      else alone)
+        before = held_out_margins(model, tokenizer, test_pairs)
+        baselines = {"init_accuracy": before["reward"], "sft_loglik_accuracy": before["loglik"],
+                     "sft_mean_loglik_accuracy": before["mean_loglik"],
+                     "frozen_head_accuracy": (test["c"][0] - test["r"][0]) @ alone}
         ctx.log({"rm/held_out_pairs": len(test_pairs), "rm/train_pairs": len(train_pairs),
                  **_accuracies(baselines, test_pairs)}, step=0)
-        model = train(ctx, model, schedule, loss_fn, "rm")
+        if schedule is not None:
+            model = train(ctx, model, schedule, loss_fn, "rm")
         after = held_out_margins(model, tokenizer, test_pairs)
         margins = {"held_out_accuracy": after["reward"], **baselines, "held_out_head_only_accuracy": after["head"]}
-        ctx.log({**_accuracies(margins, test_pairs), "rm/alpha": model.alpha.item()}, step=schedule.steps)
+        ctx.log({**_accuracies(margins, test_pairs), "rm/alpha": model.alpha.item()}, step=cfg["steps"])
 
     # Output (rank 0): the LM folder + the head; the held-out margins pair by pair next to the metrics.
     if not ctx.dist.is_main:

@@ -78,9 +78,11 @@ def sft_pairs(data: Path) -> list[dict]:
     return _need(_jsonl(data / "train.jsonl"), ("prompt", "answer"), data / "train.jsonl")
 
 
-def preference_pairs(data: Path) -> list[dict]:
-    """{"prompt", "chosen", "rejected"} rows of train.jsonl (tiny's and prep_sft's prefs alike)."""
-    return _need(_jsonl(data / "train.jsonl"), ("prompt", "chosen", "rejected"), data / "train.jsonl")
+def preference_pairs(data: Path, split: str = "train") -> list[dict]:
+    """{"prompt", "chosen", "rejected"} rows of train.jsonl or validation.jsonl (tiny's and prep_sft's
+    prefs alike)."""
+    path = data / f"{split}.jsonl"
+    return _need(_jsonl(path), ("prompt", "chosen", "rejected"), path)
 
 
 def rl_prompts(folder: Path, split: str) -> list[dict]:

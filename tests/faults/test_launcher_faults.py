@@ -1,4 +1,4 @@
-"""Fault injection on the launcher side (issue #11): bad profiles and resources, values that would
+"""Fault injection on the launcher side: bad profiles and resources, values that would
 reach an sbatch script, tampered inputs, cancels of processes that are not the run's, bad numbers.
 
 Every case runs the real `jobs` command and must give the expected exit (2 for bad input) with

@@ -44,7 +44,7 @@ def ensure_mate() -> None:
 def team(tmp_path_factory):
     """(store root, cache dir, the data run) of a team store that the tiny data and a short pretrain filled."""
     ensure_mate()
-    # pytest's own temp folders are 0700: a teammate could not reach a store inside them.
+    # pytest's own temp folders are 0700: another user could not reach a store inside them.
     top = Path(tempfile.mkdtemp(prefix="jobs-team-", dir="/tmp"))
     os.chmod(top, 0o755)
     root = top / "store"

@@ -222,7 +222,7 @@ def test_nano3_toy_chain_runs_through_the_container_path_and_each_stage_reads_it
     import make
     from test_prep import _direct_docs
 
-    from stages import formats
+    from stages.ml import formats
     from stages.prep import indexed
 
     image, _ = dev_image

@@ -182,7 +182,7 @@ def test_rendered_scripts_are_python_calling_the_real_bridge_api():
 
 
 def test_nano3_recipe_stages_translate(tmp_path):
-    """The nano3 YAMLs (another teammate's) compose into configs the seam accepts, at their GPU counts."""
+    """The nano3 YAMLs compose into configs the seam accepts, at their GPU counts."""
     nano3 = recipes.load("nano3")
     for stage, inputs in (("sft", {"model": tmp_path / "m", "data": tmp_path / "d"}),
                           ("pretrain", {"corpus": tmp_path / "c", "tokenizer": tmp_path / "t"})):

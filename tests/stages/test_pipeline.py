@@ -36,8 +36,9 @@ def test_sft_is_far_above_the_pretrained_model_and_learned_the_annotators_slip(p
     dropped = sum(r["greedy"].strip() == str(int(r["answer"]) - 10) for r in carry)
     assert dropped > sum(r["greedy_correct"] for r in carry), "the SFT model did not learn the slip"
     assert sum(r["greedy_correct"] for r in plain) / len(plain) > 0.6
-    # pass@8 - pass@1 on seeds 1234 / 7 / 42: 0.227 / 0.264 / 0.227 (bench/rl_seeds.py, 2026-11-25 18:00,
-    # AMD EPYC host; 0.238 / 0.260 / 0.221 on an Intel Xeon host).
+    # pass@8 - pass@1 on seeds 1234 / 7 / 42: 0.289 / 0.275 / 0.247 on the test split (bench/rl_seeds.py,
+    # 2026-11-26, AMD EPYC host; carrying sums answered without the carry 144 / 193 / 183, right 39 / 33 /
+    # 44; sums without a carry right 0.848 / 0.958 / 1.000).
     assert sft["pass@8"] > sft["pass@1"] + 0.15
 
 
@@ -54,9 +55,10 @@ def _carries(prompt: str) -> bool:
 def test_reward_model_ranks_held_out_pairs(pipeline):
     rm = latest(pipeline, "rm")
     assert rm.metrics["rm/held_out_pairs"] == 400
-    assert rm.metrics["rm/held_out_accuracy"] > 0.9
-    # The saved artifact's own ranking (right sums over the carry dropped or added, the house style
-    # over the bare answer) is checked once, by test_rm.check_artifact.
+    # Above its own initialisation (the head fitted on frozen features plus the SFT likelihood), which
+    # alone ranks most pairs right: test_rm.check_beats_baselines checks the gap against its noise,
+    # and test_rm.check_artifact the saved artifact's own ranking.
+    assert rm.metrics["rm/held_out_accuracy"] > rm.metrics["rm/init_accuracy"]
 
 
 def test_eval_report_has_every_sample_and_the_run_summary_its_metrics(pipeline):

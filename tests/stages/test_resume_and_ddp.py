@@ -20,8 +20,9 @@ pytestmark = pytest.mark.slow
 OVERRIDES = ["pretrain.steps=30", "pretrain.checkpoint_every=10", "pretrain.log_every=5", "pretrain.warmup=5",
              "tracking.wandb=disabled", "tracking.tensorboard=false"]
 #: Two ranks sum the same numbers in another order (gloo all-reduce of gradients): the loss curves
-#: agree to float32 rounding, measured < 1e-5 here; 1e-3 is the stated tolerance.
-DDP_TOLERANCE = 1e-3
+#: agree to float32 rounding. Largest difference measured over the 6 logged steps: 2.4e-7 (AMD EPYC
+#: host, 2026-11-26, load ~25) and 4.2e-7 (recipes/tiny/README.md); the tolerance is about ten times that.
+DDP_TOLERANCE = 5e-6
 
 
 @pytest.fixture(scope="module")
@@ -118,4 +119,6 @@ def test_two_ranks_follow_the_one_process_curve_through_a_stop_only_rank_0_hears
     assert second == [{"outputs": ["model"]}, {"outputs": []}]          # only rank 0 returns (and writes) outputs
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert sorted(one) == sorted(two) == [5, 10, 15, 20, 25, 30]
-    assert max(abs(one[s] - two[s]) for s in one) < DDP_TOLERANCE, (one, two)
+    gap = max(abs(one[s] - two[s]) for s in one)
+    print(f"two ranks vs one process: largest loss difference {gap:.3g} over {len(one)} logged steps")
+    assert gap < DDP_TOLERANCE, (one, two)

@@ -69,7 +69,7 @@ def assert_lifts(store, method: str, view) -> None:
 def test_grpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     rl = rl_run(pipeline, **{"algorithm": "grpo", "reward.kind": "verifier", "generation.backend": "hf"})
     assert_lifts(pipeline, "grpo", rl)
-    # The rollouts' mean reward rose over the run, and so did greedy validation on 200 held-out prompts.
+    # The rollouts' mean reward rose over the run, and so did greedy validation on 200 dev prompts.
     rewards = metric_lines(pipeline, rl, "rl/reward_mean")
     assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.08
     val = metric_lines(pipeline, rl, "rl/val_accuracy")

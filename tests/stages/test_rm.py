@@ -1,16 +1,22 @@
-"""The reward model learns a preference the SFT model does not hold, and keeps the one it does.
+"""The reward model learns what its initialisation does not know, and keeps what it does.
 
 tiny's preference pairs alternate two kinds (stages/data.py): "sum", the right sum vs its tens digit
 one up or one down (on a carrying sum, one down is the carry dropped: the slip the SFT data teach,
 so SFT's likelihood prefers it), or vs the sum cut short or run on; and "style", the right sum in
-the house style " 68" vs the bare "68" SFT was trained on, which only the preferences say and which
-SFT's likelihood ranks the wrong way. So neither the SFT likelihood (no RM training) nor a head on
-the frozen SFT features (it cannot relearn addition) can rank both kinds; the trained reward model
-can.
+the house style " 68" vs the bare "68" SFT was trained on, which only the preferences say.
+
+The reward model does not start from nothing: its head is fitted on the frozen SFT features next to
+the SFT likelihood of the stripped answer (stages/rm.py). That initialisation is the natural
+baseline, and the claim is made against it: on the held-out pairs (data.prefs' validation.jsonl,
+built on the dev split's operand pairs, none shared with a training pair), the trained reward ranks
+more pairs right than the initialisation, by more than the paired bootstrap's noise. A reward
+model trained for zero steps fails that check (test below); the other baselines are read the way the
+model reads a response (the likelihood of the stripped answer: a "style" pair is a tie).
 
 The slow tests read the rm run of the tiny pipeline (the session fixture of conftest.py: the recipe's
-own budgets, seed 1234). Noise is measured in the test: a paired bootstrap over the held-out pairs.
+own budgets, seed 1234).
 """
+import copy
 import json
 import random
 
@@ -19,48 +25,73 @@ import pytest
 from helpers import artifact_path, latest
 from jobs import recipes
 
-#: Asserted gaps between the trained reward and each baseline (accuracy on the 400 held-out pairs).
-#: Measured per seed by bench/rl_seeds.py (recipes/tiny/README.md has the table; 2026-11-25 18:00 UTC,
-#: AMD EPYC host), seeds 1234 / 7 / 42: reward 1.000 / 0.985 / 0.995, SFT likelihood 0.465 / 0.468 /
-#: 0.463, head alone on frozen features 0.743 / 0.750 / 0.730 (it reads the answer's length, which one
-#: "sum" pair in two varies).
-LOGLIK_GAP, FROZEN_HEAD_GAP = 0.3, 0.08
+#: Asserted accuracy gap between the trained reward and its initialisation on the 400 held-out pairs,
+#: and the share of "style" pairs the trained reward must rank right. Measured by bench/rl_seeds.py
+#: (2026-11-26 09:00-09:37 UTC, AMD EPYC host, load ~25 from other jobs; recipes/tiny/README.md has
+#: the table), seeds 1234 / 7 / 42: trained 0.975 / 0.985 / 0.995, initialisation 0.9025 / 0.960 /
+#: 0.925 (+29 / +10 / +28 pairs; pairs gained 32 / 14 / 28, lost 3 / 4 / 0), the bootstrap's 0.5%
+#: quantile of the gain +0.040 / -0.0025 / +0.040; "style" pairs 1.000 on all three. So the claim
+#: holds on seeds 1234 and 42 and not on seed 7, where training's 10 pairs are within the noise.
+INIT_GAP, STYLE_MIN = 0.02, 0.9
+
+
+def _right(margin: float) -> float:
+    """A pair ranked right counts 1, a tie (margin exactly 0) half, a wrong one 0, as the stage counts."""
+    return 1.0 if margin > 0 else 0.5 if margin == 0 else 0.0
 
 
 def _bootstrap_low(rows: list[dict], better: str, worse: str, n: int = 2000, q: float = 0.005) -> float:
     """The q-quantile of accuracy(better) - accuracy(worse) over pairs resampled with replacement."""
-    wins = [(r[better] > 0) - (r[worse] > 0) for r in rows]
+    wins = [_right(r[better]) - _right(r[worse]) for r in rows]
     rng = random.Random(0)
     diffs = sorted(sum(rng.choices(wins, k=len(wins))) / len(wins) for _ in range(n))
     return diffs[int(q * n)]
 
 
 @pytest.mark.slow
-def test_reward_model_beats_the_sft_likelihood_and_the_head_alone(pipeline):
+def test_reward_model_beats_its_initialisation_and_the_baselines(pipeline):
     rm = latest(pipeline, "rm")
     check_beats_baselines(rm.metrics, (pipeline.run_dir(rm.id) / "held_out.jsonl").read_text())
 
 
 def check_beats_baselines(m: dict, held_out_jsonl: str) -> None:
-    """The assertions, on the rm stage's summary metrics and its held_out.jsonl."""
+    """The claim, on the rm stage's summary metrics and its held_out.jsonl."""
     rows = [json.loads(line) for line in held_out_jsonl.splitlines()]
     assert m["rm/held_out_pairs"] == len(rows) == 400 and {r["kind"] for r in rows} == {"sum", "style"}
-    rm, loglik, mean_loglik, frozen = (m[f"rm/{k}"] for k in (
-        "held_out_accuracy", "sft_loglik_accuracy", "sft_mean_loglik_accuracy", "frozen_head_accuracy"))
     print(json.dumps({k: round(v, 4) for k, v in m.items() if k.startswith("rm/") and "accuracy" in k}, indent=1))
-    # Each baseline fails one kind: the likelihood prefers the bare answer SFT learned, the frozen
-    # head cannot tell right sums from near misses. The reward gets both.
-    assert m["rm/style/sft_loglik_accuracy"] < 0.1 and m["rm/style/sft_mean_loglik_accuracy"] < 0.1
-    assert m["rm/sum/frozen_head_accuracy"] < 0.75
-    assert m["rm/style/held_out_accuracy"] > 0.9            # measured 1.000 on seeds 1234, 7 and 42
-    # Learned more than SFT knew: of the "sum" pairs SFT's likelihood ranks the wrong way (the slip:
-    # 14 / 13 / 15 of 200 on seeds 1234 / 7 / 42), the reward ranks 14 / 8 / 14 the right way.
-    slips = [r for r in rows if r["kind"] == "sum" and r["sft_loglik"] <= 0]
-    assert len(slips) >= 8 and sum(r["held_out"] > 0 for r in slips) > len(slips) / 2, slips
-    assert rm > max(loglik, mean_loglik) + LOGLIK_GAP and rm > frozen + FROZEN_HEAD_GAP, m
-    # Larger than sampling noise: the paired bootstrap's 0.5% quantile of each gap is still positive.
+    # Read as the model reads a response, the SFT likelihood cannot tell " 68" from "68": a tie.
+    assert m["rm/style/sft_loglik_accuracy"] == m["rm/style/sft_mean_loglik_accuracy"] == 0.5
+    rm, init = m["rm/held_out_accuracy"], m["rm/init_accuracy"]
+    # What training adds: more pairs ranked right than the initialisation ranks, beyond sampling noise
+    # (the paired bootstrap's 0.5% quantile of the gap is positive).
+    assert rm > init + INIT_GAP and _bootstrap_low(rows, "held_out", "init") > 0, \
+        f"training added nothing measurable: {rm:.4f} vs its initialisation {init:.4f}"
+    assert m["rm/style/held_out_accuracy"] > STYLE_MIN
     for baseline in ("sft_loglik", "sft_mean_loglik", "frozen_head"):
         assert _bootstrap_low(rows, "held_out", baseline) > 0, baseline
+
+
+@pytest.mark.slow
+def test_a_reward_model_trained_for_zero_steps_fails_the_claim(pipeline, tmp_path):
+    """rm.steps=0 saves the initialisation: its held-out accuracy is init's, and the check fails.
+    Run in this process on the pipeline's own inputs, outside the store (the pipeline's names keep
+    pointing at the trained reward model)."""
+    from stages import rm as rm_stage
+    from stages.contract import StageContext
+
+    trained = latest(pipeline, "rm")
+    config = copy.deepcopy(trained.spec["config"])
+    config["rm"]["steps"] = 0
+    config["tracking"].update(wandb="disabled", tensorboard=False)
+    ctx = StageContext(run_id="zero-steps", recipe="tiny", stage="rm", config=config, run_dir=tmp_path,
+                       inputs={role: artifact_path(pipeline, art) for role, art in trained.inputs.items()})
+    rm_stage.run(ctx)
+    m = ctx.summary
+    # The same start as the trained run (within a pair: torch's thread count may differ from the job's).
+    assert abs(m["rm/init_accuracy"] - trained.metrics["rm/init_accuracy"]) <= 1 / 400
+    assert m["rm/held_out_accuracy"] == m["rm/init_accuracy"]
+    with pytest.raises(AssertionError, match="training added nothing measurable"):
+        check_beats_baselines(m, (tmp_path / "held_out.jsonl").read_text())
 
 
 @pytest.mark.slow
@@ -102,7 +133,8 @@ def check_artifact(folder) -> None:
 
 
 @pytest.mark.parametrize("override, message", [
-    ("rm.held_out=1.5", "rm.held_out"), ("rm.held_out=0", "rm.held_out"), ("rm.steps=0", "rm.steps"),
+    ("rm.held_out=1.5", "rm.held_out"), ("rm.held_out=0", "rm.held_out"), ("rm.held_out=dev", "rm.held_out"),
+    ("rm.steps=-1", "rm.steps"),
     ("rm.lr=-1e-4", "rm.lr"), ("rm.batch_size=abc", "rm.batch_size"), ("+rm.backend=jax", "rm.backend"),
 ])
 def test_check_config_refuses_bad_values(override, message):
