@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     from lineage.errors import LineageError
 
     parser = build_parser()
+    if "_ARGCOMPLETE" in __import__("os").environ:  # the shell asks for completions (jobs/shell.py)
+        from jobs.shell import complete
+        complete(parser)
     bad = not_utf8(sys.argv[1:] if argv is None else list(argv))
     if bad:
         sys.stderr.write(f"jobs: error: {bad}\n")
