@@ -41,7 +41,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     if not args.stage:
         raise ExecutorError("say which stage(s) to run: --stage STAGE, --stage a,b, or --stage all")
-    req = Request(recipe=args.recipe, stages=args.stage, overrides=args.overrides, inputs=args.input,
+    items = [x.strip() for text in args.stage for x in text.split(",") if x.strip()]
+    stages = "all" if "all" in items else ",".join(items)   # `--stage a --stage b` is `--stage a,b`
+    req = Request(recipe=args.recipe, stages=stages, overrides=args.overrides, inputs=args.input,
                   executor=args.executor, profile=args.profile, store=args.store, dry_run=args.dry_run,
                   force=args.force, allow_unpinned=args.allow_unpinned)
     return 0 if submit(req) else 1
@@ -174,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     flag = dict(action="store_true")
     as_json = a("--json", **flag, help="JSON: one object per line (a document for show and lineage), stable keys")
     command("submit", cmd_submit, "compose, record and run a recipe's stage(s)",
-            a("recipe"), a("--stage", help="a stage, a comma list (a,b), or 'all'"),
+            a("recipe"), a("--stage", action="append", help="a stage, a comma list (a,b), or 'all'; repeated: all of them"),
             a("--executor", default="local", help="local (default: run here, wait) or slurm (submit, return)"),
             a("--profile", help="cluster profile from ~/.config/jobs/profiles.yaml ($JOBS_PROFILES)"),
             a("--dry-run", **flag, help="print what would run (sbatch scripts on slurm); record nothing"),

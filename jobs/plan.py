@@ -5,6 +5,7 @@ Nothing here writes to the store: every error a user can cause is raised before 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from dataclasses import dataclass, field
 
 from jobs import recipes
@@ -61,7 +62,10 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
     explicit = parse_inputs(inputs)
     names = {s.name for s in selected}
     _check_explicit_roles(explicit, selected)
-    routed = recipes.split_overrides(overrides, [s.name for s in selected])
+    elsewhere = recipes.for_other_stages(list(overrides), recipe, [s.name for s in selected])
+    if elsewhere:  # the README's rule: a stage-named key goes to that stage only
+        print(f"jobs: note: {' '.join(elsewhere)}: for stage(s) not selected here, so not used", file=sys.stderr)
+    routed = recipes.split_overrides([o for o in overrides if o not in elsewhere], [s.name for s in selected])
 
     plans = []
     for spec in selected:
@@ -141,6 +145,9 @@ def _check_config(recipe: str, spec, config: dict) -> None:
             problems = check(config)
     except (KeyError, TypeError, AttributeError) as e:  # a section or key the stage needs was removed or retyped
         problems = [f"the config lacks or mistypes {e}"]
+    from stages import tracking
+
+    problems = [*problems, *tracking.check_config(config)]   # every stage reports through the trackers
     if problems:
         text = "; ".join(" ".join(str(p).split()) for p in problems)
         raise RecipeError(f"{where}: {text}")

@@ -137,8 +137,8 @@ def input_pairs(prefix, parsed_args):
 
 def _selected(parsed_args) -> list[str]:
     recipe = _recipe(parsed_args)
-    sel = getattr(parsed_args, "stage", None)
-    return [s.name for s in recipe.select(sel)] if sel else list(recipe.stages)
+    sel = getattr(parsed_args, "stage", None) or []
+    return [s.name for s in recipe.select(",".join(sel))] if sel and "all" not in sel else list(recipe.stages)
 
 
 def _leaves(config: dict, head: str = "") -> list[str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from stages.schema import Float, Int, Map, Str, check
 from stages import batches, formats, lm, tracking
-from stages.loop import Schedule, train
+from stages.loop import Schedule, split_problems, train
 from stages.losses import causal_lm_loss
 
 
@@ -45,7 +45,8 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `pretrain:` section, before submit (either backend)."""
     from stages.megatron import launch
 
-    return launch.check_stage(config, "pretrain", resources, lambda cfg: (check(cfg, TORCH, "pretrain") or lm.arch_problems(cfg["model"]))
+    return launch.check_stage(config, "pretrain", resources, lambda cfg: (check(cfg, TORCH, "pretrain") or lm.arch_problems(cfg["model"])
+                                                              or Schedule.problems(cfg, "pretrain") + split_problems(cfg, "pretrain", resources))
                               + lm.device_problems(config, resources))
 
 

@@ -35,7 +35,7 @@ import json
 from pathlib import Path
 
 from stages import batches, formats, lm, tracking
-from stages.loop import Schedule, train
+from stages.loop import Schedule, split_problems, train
 from stages.losses import bradley_terry_loss
 
 HEAD_FILE = "reward_head.safetensors"
@@ -205,8 +205,9 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
         return [f"rm.backend must be torch or nemo_rl (got {backend!r})"]
     from stages.schema import Float, Int, Map, check
 
-    return check(cfg, Map({"held_out": Float(0, 1, open_lo=True, open_hi=True), "batch_size": Int(1, 1 << 20),
-                           "steps": Int(1, 10**9), "lr": Float(0, 1, open_lo=True)}, extra=True), "rm")
+    return (check(cfg, Map({"held_out": Float(0, 1, open_lo=True, open_hi=True), "batch_size": Int(1, 1 << 20),
+                            "steps": Int(1, 10**9), "lr": Float(0, 1, open_lo=True)}, extra=True), "rm")
+            or Schedule.problems(cfg, "rm") + split_problems(cfg, "rm", resources))
 
 
 def preview(config: dict, resources: dict) -> str | None:

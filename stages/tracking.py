@@ -131,13 +131,23 @@ def _wandb(ctx, mode: str, project: str) -> tuple[WandB, str]:
     return WandB(run), where
 
 
+def check_config(config: dict) -> list[str]:
+    """The `tracking:` section's problems; `jobs submit` asks every stage's config (jobs/plan.py)."""
+    cfg = config.get("tracking", {}) or {}
+    if not isinstance(cfg, dict):
+        return [f"tracking must be a mapping (got {cfg!r})"]
+    mode = cfg.get("wandb", "offline")
+    return [] if mode in MODES else [f"tracking.wandb must be one of {', '.join(MODES)} (got {mode!r})"]
+
+
 @contextlib.contextmanager
 def session(ctx):
     """Attach the trackers the config asks for (rank 0 only) and close them however the block ends."""
     cfg = ctx.config.get("tracking", {}) or {}
     mode = cfg.get("wandb", "offline")
-    if mode not in MODES:
-        raise ValueError(f"tracking.wandb must be one of {', '.join(MODES)} (got {mode!r})")
+    problems = check_config(ctx.config)
+    if problems:
+        raise ValueError("; ".join(problems))
     trackers = []
     log_handler = None
     if ctx.dist.is_main:
