@@ -302,9 +302,10 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
             lr = scheduler.get_last_lr()[0]
             speed = {}
             if progress is not None:  # tokens: the mean share times the ranks is the global batch's
-                speed = progress.update(step + 1, values[0].item(), lr, values[1].item() * ctx.dist.world_size)
+                speed = progress.update(step + 1, values[0].item(), lr, values[1].item() * ctx.dist.world_size,
+                                        extra={k: v.item() for k, v in zip(keys, values[2:])})
             ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr": lr, f"{name}/grad_norm": grad_norm.item(),
-                     **({f"{name}/tokens_per_s": speed["tokens_per_s"]} if speed else {}),
+                     **({f"{name}/tokens_per_s": speed["tokens_per_s"]} if speed and speed["tokens_per_s"] else {}),
                      **{f"{name}/{k}": v.item() for k, v in zip(keys, values[2:])}}, step=step + 1)
         if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
             save(step + 1, keep=True)

@@ -38,6 +38,8 @@ from stages import batches, formats, lm, tracking
 from stages.loop import Schedule, split_problems, train
 from stages.losses import bradley_terry_loss
 
+#: The metrics `jobs submit` prints when the stage ends (its result).
+HEADLINE = ("rm/held_out_accuracy", "rm/loss")
 HEAD_FILE = "reward_head.safetensors"
 
 
