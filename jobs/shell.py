@@ -37,7 +37,8 @@ def script(entry: str, parser: argparse.ArgumentParser) -> str:
     """The bash/zsh text: the `jobs` function, then argcomplete's hook (zsh: when compinit has run)."""
     import argcomplete
 
-    ours = "|".join(w + ("|" + w + "=*" if w.startswith("--") else "") for w in commands(parser))
+    valued = {o for a in parser._actions if a.nargs != 0 and a.option_strings for o in a.option_strings}
+    ours = "|".join(w + (f"|{w}=*" if w in valued and w.startswith("--") else "") for w in commands(parser))
     hook = argcomplete.shellcode(["jobs"], shell="bash", argcomplete_script=entry)
     return f"""{MARK}
 # `jobs SUBCOMMAND ...` runs {entry}; `jobs`, `jobs -l`, `jobs %1` stay the shell's builtin.
