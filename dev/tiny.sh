@@ -3,4 +3,5 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/dev/setup.sh"
+echo "to type \`jobs …\` yourself in bash or zsh: source .venv/bin/activate (README: Using it)" >&2
 exec "$root/.venv/bin/jobs" submit tiny --stage all "$@"

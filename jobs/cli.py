@@ -16,6 +16,23 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+class _Version(argparse.Action):
+    """`jobs --version`: the installed version and where its code is, read only when asked."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and the code's folder, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("jobs")
+        except PackageNotFoundError:
+            number = "(not installed)"
+        print(f"jobs {number} ({Path(__file__).resolve().parent.parent})")
+        parser.exit()
+
+
 def open_store(args: argparse.Namespace):
     from jobs.submit import store_root
     from lineage import Store
@@ -67,7 +84,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     if not args.stage:
         raise ExecutorError("say which stage(s) to run: --stage STAGE, --stage a,b, or --stage all")
-    req = Request(recipe=args.recipe, stages=args.stage, overrides=args.overrides, inputs=args.input,
+    items = [x.strip() for text in args.stage for x in text.split(",") if x.strip()]
+    stages = "all" if "all" in items else ",".join(items)   # `--stage a --stage b` is `--stage a,b`
+    req = Request(recipe=args.recipe, stages=stages, overrides=args.overrides, inputs=args.input,
                   executor=args.executor, profile=args.profile, store=args.store, dry_run=args.dry_run,
                   force=args.force, allow_unpinned=args.allow_unpinned)
     return 0 if submit(req) else 1
@@ -113,8 +132,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     from jobs import show
     from jobs.status import check_limit
 
+    from jobs.filters import check_runs_filter
+
     check_limit(args.limit)
     store = open_store(args)
+    check_runs_filter(store.index(), args.recipe, args.stage)
     show.print_runs(store.index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json,
                     store=store, metric=args.metric)
     return 0
@@ -128,15 +150,36 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_artifacts(args: argparse.Namespace) -> int:
     from jobs import show
+    from jobs.filters import check_artifacts_filter
+
     idx = open_store(args).index()
+    check_artifacts_filter(idx, args.recipe, args.kind)
     show.print_artifacts(idx, idx.artifacts(recipe=args.recipe, kind=args.kind), args.json)
     return 0
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
     from jobs import show
+    from jobs.errors import JobsError
+
     store = open_store(args)
-    print(show.lineage(store, store.index(), store.resolve_artifact(args.id), "json" if args.json else args.format))
+    fmt = "json" if args.json else args.format
+    if args.id.startswith("art_") or ":" in args.id:
+        arts = [store.resolve_artifact(args.id)]
+    else:   # a run ID (or prefix): the lineage of its outputs
+        if not all(c in "0123456789abcdef-" for c in args.id.lower()):
+            raise JobsError(f"{args.id!r} is neither an artifact ID (art_…), an alias (name:latest, name:vN) "
+                            "nor a run ID (see `jobs artifacts`, `jobs list`)")
+        run = store.index().resolve_run(args.id)
+        outputs = store.run(run).outputs
+        if not outputs:
+            raise JobsError(f"run {run} has no outputs (yet): its lineage starts at its outputs; `jobs show {run}` "
+                            "lists its inputs")
+        if len(outputs) > 1 and fmt in ("mermaid", "dot"):
+            raise JobsError(f"run {run} has {len(outputs)} outputs, one picture each: name one of "
+                            + ", ".join(f"{k}={v[:16]}" for k, v in sorted(outputs.items())))
+        arts = [outputs[k] for k in sorted(outputs)]
+    print(("\n" if fmt == "json" else "\n\n").join(show.lineage(store, store.index(), a, fmt) for a in arts))
     return 0
 
 
@@ -182,6 +225,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="jobs", description="Run post-training stages as batch jobs, with artifact lineage.")
+    p.add_argument("--version", action=_Version)
     p.add_argument("--store", help="lineage store folder (default: $JOBS_HOME, the profile's store, or ~/.jobs)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -198,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     flag = dict(action="store_true")
     as_json = a("--json", **flag, help="JSON: one object per line (a document for show and lineage), stable keys")
     command("submit", cmd_submit, "compose, record and run a recipe's stage(s)",
-            a("recipe"), a("--stage", help="a stage, a comma list (a,b), or 'all'"),
+            a("recipe"), a("--stage", action="append", help="a stage, a comma list (a,b), or 'all'; repeated: all of them"),
             a("--executor", default="local", help="local (default: run here, wait) or slurm (submit, return)"),
             a("--profile", help="cluster profile from ~/.config/jobs/profiles.yaml ($JOBS_PROFILES)"),
             a("--dry-run", **flag, help="print what would run (sbatch scripts on slurm); record nothing"),
@@ -277,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     from lineage.errors import LineageError
 
     parser = build_parser()
+    if "_ARGCOMPLETE" in __import__("os").environ:  # the shell asks for completions (jobs/shell.py)
+        from jobs.shell import complete
+        complete(parser)
     bad = not_utf8(sys.argv[1:] if argv is None else list(argv))
     if bad:
         sys.stderr.write(f"jobs: error: {bad}\n")

@@ -63,6 +63,12 @@ def prune_snapshots(store, keep: int, metric: str | None, higher_is_better: bool
         raise JobsError(f"--keep-top-k must be 1 or more: how many snapshots to keep per run (got {keep})")
     if not metric:
         raise JobsError("--keep-top-k needs --metric NAME (e.g. sft/loss; add --higher-is-better for accuracies)")
+    from jobs.filters import check
+    from lineage.gc import checkpoint_snapshots
+
+    known = {k for snaps in checkpoint_snapshots(store).values() for sn in snaps for k in sn.metrics}
+    if known:  # a store with no snapshot has nothing to prune, whatever the name
+        check("--metric", metric, known)
     victims = top_k_victims(store, keep, metric, higher_is_better)
     for v in victims:
         echo(f"{'delete' if yes else 'would delete'} {v.run} {v.series} step {v.step} ({metric}={v.metrics[metric]:.4g})")

@@ -7,6 +7,7 @@ and the records are jobs/record.py's.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from dataclasses import dataclass, field
 
 from jobs import recipes
@@ -65,7 +66,10 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
     explicit = parse_inputs(inputs)
     names = {s.name for s in selected}
     _check_explicit_roles(explicit, selected)
-    routed = recipes.split_overrides(overrides, [s.name for s in selected])
+    elsewhere = recipes.for_other_stages(list(overrides), recipe, [s.name for s in selected])
+    if elsewhere:  # the README's rule: a stage-named key goes to that stage only
+        print(f"jobs: note: {' '.join(elsewhere)}: for stage(s) not selected here, so not used", file=sys.stderr)
+    routed = recipes.split_overrides([o for o in overrides if o not in elsewhere], [s.name for s in selected])
 
     plans, notes = [], []
     chains = Chains(store, recipe, names)
@@ -157,6 +161,9 @@ def _check_config(recipe: str, st, config: dict) -> None:
             problems = check(config)
     except (KeyError, TypeError, AttributeError) as e:  # a section or key the stage needs was removed or retyped
         problems = [f"the config lacks or mistypes {e}"]
+    from stages import tracking
+
+    problems = [*problems, *tracking.check_config(config)]   # every stage reports through the trackers
     if problems:
         text = "; ".join(" ".join(str(p).split()) for p in problems)
         raise RecipeError(f"{where}: {text}")

@@ -6,6 +6,7 @@ interpolation -> a plain dict that goes into the run record unchanged.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,6 +146,14 @@ def check_values(config, where: str) -> None:
                               "Infinity; give a finite number (or null)")
 
 
+def for_other_stages(overrides: list[str], recipe: Recipe, selected: list[str]) -> list[str]:
+    """The overrides whose key names a stage of the recipe that is not selected (`sft.lr=1e-4` with
+    `--stage data`): they belong to that stage only, so this submission leaves them out."""
+    others = set(recipe.stages) - set(selected)
+    heads = [re.match(r"^(?:\+\+|\+|~)?([^.=@~+]*)", text)[1] for text in overrides]
+    return [text for text, head in zip(overrides, heads) if head in others]
+
+
 def split_overrides(overrides: list[str], stages: list[str]) -> dict[str, list[str]]:
     """Parse overrides with Hydra's grammar and route each to the stages it names.
 
@@ -188,9 +197,35 @@ def compose(recipe: Recipe, stage: str, overrides: list[str]) -> dict:
         raise RecipeError(f"{recipe.name}/{stage}: the config is nested too deeply "
                           f"(at most {MAX_NESTING} levels)") from None
     except Exception as e:  # Hydra and OmegaConf raise many types; all mean "this config is wrong"
+        unknown = re.search(r"Could not override '([^']+)'|Could not delete from config\. '([^']+)' does not exist", str(e))
+        if unknown and overrides:
+            raise RecipeError(unknown_key(recipe, stage, unknown[1] or unknown[2])) from None
         raise RecipeError(f"{recipe.name}/{stage}: {_one_line(e)}") from None
     check_values(resolved, f"{recipe.name}/{stage}")
     return resolved
+
+
+def _keys(config: dict, head: str = "") -> list[str]:
+    """Every key of a composed config, sections and values, dotted (`data`, `data.n_sft`, ...)."""
+    out = []
+    for k, v in config.items():
+        key = f"{head}.{k}" if head else str(k)
+        out += [key, *(_keys(v, key) if isinstance(v, dict) else [])]
+    return out
+
+
+def unknown_key(recipe: Recipe, stage: str, key: str) -> str:
+    """Our message for an override of a key the stage's config lacks: the closest keys it has (Hydra's
+    own advice, to add the key with `+`, only moves the error into the stage's check)."""
+    import difflib
+
+    keys = _keys(compose(recipe, stage, []))
+    parent = key.rpartition(".")[0]
+    if parent in keys and parent not in [k.rpartition(".")[0] for k in keys]:
+        return f"{recipe.name}/{stage}: {parent} is a value, not a section: {key} cannot be set"
+    near = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]}?" if near else "its keys start with " + ", ".join(sorted({k.split('.')[0] for k in keys}))
+    return f"{recipe.name}/{stage}: unknown config key {key} ({hint})"
 
 
 def _one_line(e: BaseException) -> str:

@@ -131,6 +131,7 @@ class Row:
     loss: float | None = None
     eta_s: float | None = None
     why: str = ""                   # Slurm's pending reason and expected start, or the record's reason
+    extra: dict | None = None       # the stage's own progress fields (rl: reward; rm: train_accuracy)
 
 
 def open_regular(path: Path):
@@ -168,7 +169,8 @@ def read_progress(run_dir: Path, attempt: int, now: float) -> dict:
             eta = max(0.0, eta - (now - p["time"]))
         else:
             eta = None
-        return {"step": p["step"], "total": p["total"], "loss": p["loss"], "eta_s": eta}
+        extra = p.get("extra") if isinstance(p.get("extra"), dict) and p.get("extra") else None
+        return {"step": p["step"], "total": p["total"], "loss": p["loss"], "eta_s": eta, **({"extra": extra} if extra else {})}
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
@@ -228,6 +230,8 @@ def format_rows(table: list[Row]) -> list[str]:
             progress = f"{r.step}/{r.total if r.total else '?'}"
             if r.loss is not None:
                 progress += f" loss {r.loss:.4f}"
+            for k, v in list((r.extra or {}).items())[:1]:   # one stage field: the column is narrow
+                progress += f" {k} {v:.4f}" if isinstance(v, (int, float)) else ""
             if r.eta_s is not None:
                 progress += f" ETA {duration(r.eta_s)}"
         lines.append(f"{r.run:<36}  {r.stage:<9} {r.state:<10} {r.slurm:<22} {progress:<34} {r.why}".rstrip())
@@ -402,6 +406,15 @@ def lost(view: RunView) -> RunView:
         f"jobs submit {spec.recipe} --stage {spec.stage} --force, or jobs reproduce {view.id}"))
 
 
+def _close_attempts(store: Store, view: RunView) -> None:
+    """A cancelled attempt gets its end now: the killed process never writes one, and `jobs show`
+    would list it as running."""
+    for a in view.attempts:
+        if a.get("start") and not a.get("end") and "exit" not in a:
+            store.add_event(view.id, "attempt", attempt=a["attempt"], end=time.time(), exit="cancelled",
+                            reason="cancelled by user")
+
+
 def cancel(store: Store, view: RunView) -> str:
     """scancel a Slurm run, or stop a local run's process group; then record CANCELLED.
 
@@ -413,6 +426,7 @@ def cancel(store: Store, view: RunView) -> str:
         # Recorded first, so whoever waits on the job reads CANCELLED, not a crash.
         store.add_event(view.id, "status", state=RunState.CANCELLED, reason="cancelled by user")
         subprocess.run(["scancel", job], check=True, capture_output=True)
+        _close_attempts(store, view)
         return f"scancel {job}"
     attempt = open_attempt(view)
     if attempt is None:
@@ -437,6 +451,7 @@ def cancel(store: Store, view: RunView) -> str:
             os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    _close_attempts(store, view)
     said = f"SIGKILL to pid {pid} and its process group" if group is not None else f"SIGKILL to pid {pid}"
     if view.spec.ray and attempt.get("job_id"):
         from runtime.ray_cluster import reap

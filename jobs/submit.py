@@ -66,6 +66,8 @@ def submit_runs(req: Request, echo: Callable[[str], None] = print) -> tuple[list
     # A named profile is checked with either executor (a typo must not pass silently); its store applies to both.
     profile = profiles.load(req.profile) if req.executor == "slurm" or req.profile else None
     store = Store(store_root(req.store, profile))
+    if profile is not None and req.executor == "local" and not req.reproduces:
+        echo(_local_profile_note(profile, store.root))
     executor = executors.get(req.executor, profile, allow_unpinned=req.allow_unpinned)
     original = store.run(req.reproduces) if req.reproduces else None
     if original is not None:
@@ -104,6 +106,21 @@ def submit_runs(req: Request, echo: Callable[[str], None] = print) -> tuple[list
     keep = [p for s, p in zip(settled, prepared) if not s.reused]
     with _code_on_path(plan.code.get("root")):
         return run_ids, executor.launch(store, run_ids, keep, echo=echo)
+
+
+def _local_profile_note(profile, root: Path) -> str:
+    """What a profile means for a local run: its store, if it names one; its Slurm settings do nothing."""
+    from dataclasses import fields
+
+    unset = type(profile)()
+    slurm = [f.name for f in fields(profile) if f.name not in ("name", "store")
+             and getattr(profile, f.name) != getattr(unset, f.name)]
+    if profile.store and Path(profile.store).expanduser() == root:
+        used = f"its store {profile.store} is used"
+    else:
+        used = "nothing of it is used" + (f" (its store gives way to {root})" if profile.store else "")
+    ignored = f"; its {', '.join(slurm)} apply to --executor slurm only" if slurm else ""
+    return f"note: --profile {profile.name} with the local executor: {used}{ignored}"
 
 
 @contextmanager

@@ -179,7 +179,7 @@ def resolve(root: Path, alias: str) -> str:
     if tag == "latest" or not os.path.lexists(version_path(folder, int(tag[1:]))):
         last = _latest(folder) if folder.is_dir() else 0
         if not last:
-            raise NotFound(f"no artifact is named {name!r} (see `jobs artifacts`)")
+            raise NotFound(f"no artifact is named {name!r} in {show_path(root.parent)} (see `jobs artifacts`)")
         if tag != "latest":
             raise NotFound(f"{name} has no version v{int(tag[1:])}; latest is v{last}")
         return read(version_path(folder, last))["artifact"]

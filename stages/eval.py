@@ -33,6 +33,8 @@ from pathlib import Path
 from stages.schema import Bool, Float, Int, List, Map, Str, check
 from stages.contract import StageError
 
+#: The metrics `jobs submit` prints when the stage ends (its result).
+HEADLINE = ("eval/exact_match", "eval/pass@1")
 BACKENDS = ("hf", "vllm")
 VERIFIERS = ("exact", "math")
 # Set by eval itself from the keys above, so vllm_kwargs may not set them a second time.

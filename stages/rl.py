@@ -47,6 +47,8 @@ from stages.ml.rewards import KINDS
 from stages.ml.rollout import BACKENDS
 from stages.contract import StageError
 
+#: The metrics `jobs submit` prints when the stage ends (its result).
+HEADLINE = ("rl/val_accuracy", "rl/reward_mean", "rl/reward_accuracy")
 ALGORITHMS = ("grpo", "dpo")
 ACTORS = ("ray", "local")
 
@@ -242,7 +244,8 @@ def run(ctx) -> dict[str, Path]:
                 stats.update(refit_s=time.perf_counter() - t_refit, step_time_s=time.perf_counter() - t0)
                 ctx.log({f"rl/{k}": v for k, v in stats.items()}, step=step + 1)
                 progress.update(step + 1, stats.get("loss", float("nan")), stats.get("lr", float("nan")),
-                                stats.get("generated_tokens", 0))
+                                stats.get("generated_tokens", 0),
+                                extra={"reward": stats.get("reward_mean"), "reward_accuracy": stats.get("reward_accuracy")})
                 if (step + 1) % grpo["val_period"] == 0 or step + 1 == steps:
                     validate(step + 1)
                 if (step + 1) % cfg["checkpointing"]["save_period"] == 0 and step + 1 < steps:

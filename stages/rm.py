@@ -40,10 +40,12 @@ import json
 from pathlib import Path
 
 from stages.ml import batches, formats, lm, tracking
-from stages.ml.loop import Schedule, train
+from stages.ml.loop import Schedule, split_problems, train
 from stages.ml.losses import bradley_terry_loss
 from stages.contract import StageError
 
+#: The metrics `jobs submit` prints when the stage ends (its result).
+HEADLINE = ("rm/held_out_accuracy", "rm/loss")
 HEAD_FILE = "reward_head.safetensors"
 
 
@@ -235,7 +237,11 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     else:
         schema["held_out"] = Float(0, 1, open_lo=True, open_hi=True)
         problems = []
-    return problems + check(cfg, Map(schema, extra=True), "rm")
+    problems += check(cfg, Map(schema, extra=True), "rm")
+    if problems:
+        return problems
+    # steps 0: the initialisation alone, no training schedule to check
+    return (Schedule.problems(cfg, "rm") if cfg["steps"] else []) + split_problems(cfg, "rm", resources)
 
 
 def preview(config: dict, resources: dict) -> str | None:

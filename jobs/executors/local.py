@@ -73,8 +73,25 @@ class LocalExecutor:
                 echo(f"    log: {job.paths.stderr}")
             else:
                 echo(f"{run_id}  {spec.stage:<9} SUCCEEDED  " + " ".join(f"{k}={v[:16]}" for k, v in view.outputs.items()))
+                result = headline(spec, view.metrics)
+                if result:
+                    echo(f"{run_id}  {spec.stage:<9} result: {result}")
         sys.stdout.flush()
         return ok
+
+
+def headline(spec: dict, metrics: dict) -> str:
+    """The stage's result in words (`eval/exact_match 0.7560  eval/pass@1 0.7020`): the metrics its
+    module names in HEADLINE, else its final loss; empty when it recorded none of them."""
+    import importlib
+
+    try:
+        names = getattr(importlib.import_module(spec["module"]), "HEADLINE", None)
+    except ImportError:
+        names = None
+    names = names or (f"{spec['stage']}/loss",)
+    shown = [f"{n} {metrics[n]:.4f}" for n in names if isinstance(metrics.get(n), (int, float))]
+    return "  ".join(shown)
 
 
 #: Without a terminal, a progress line at most this often (a log file, CI, a pipe).
@@ -99,7 +116,8 @@ def watch(job, run_dir: Path, stage: str, echo: Callable[[str], None], poll_s: f
             if (step, total) == seen:
                 continue
             seen = (step, total)
-            about = f"loss {p.get('loss', float('nan')):.4f}" + (
+            extra = "".join(f"  {k} {v:.4f}" for k, v in (p.get("extra") or {}).items() if isinstance(v, (int, float)))
+            about = f"loss {p.get('loss', float('nan')):.4f}{extra}" + (
                 f"  ETA {duration(p['eta_s'])}" if p.get("eta_s") is not None else "")
             if tty:
                 if bar is None or bar.total != total:

@@ -44,20 +44,37 @@ class Schedule:
     log_every: int = 25
 
     @classmethod
+    def problems(cls, cfg: dict, where: str = "") -> list[str]:
+        """Every problem with the loop's knobs in a stage section (`where`: its name, for the message);
+        the stage's `check_config` calls this at submit, `from_config` again in the job."""
+        name = f"{where}." if where else ""
+        problems = [f"{name}{k} is missing" for k in ("steps", "lr") if k not in cfg]
+        values = {k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg}
+        for k in ("steps", "warmup", "checkpoint_every", "log_every"):
+            if k in values and (isinstance(values[k], bool) or not isinstance(values[k], int)):
+                problems.append(f"{name}{k} must be an integer (got {values[k]!r})")
+                values.pop(k)
+        for k in ("lr", "min_lr_ratio", "weight_decay", "grad_clip"):
+            if k in values and (isinstance(values[k], bool) or not isinstance(values[k], (int, float))):
+                problems.append(f"{name}{k} must be a number (got {values[k]!r})")
+                values.pop(k)
+        for k in ("steps", "checkpoint_every", "log_every"):
+            if k in values and values[k] < 1:
+                problems.append(f"{name}{k} must be >= 1 (got {values[k]})")
+        if "warmup" in values and not 0 <= values["warmup"] < values.get("steps", 1 << 30):
+            problems.append(f"{name}warmup must be in [0, steps) (got {values['warmup']}, steps "
+                            f"{values.get('steps')}): lower {name}warmup or raise {name}steps")
+        if "min_lr_ratio" in values and not 0 <= values["min_lr_ratio"] <= 1:
+            problems.append(f"{name}min_lr_ratio must be in [0, 1] (got {values['min_lr_ratio']})")
+        return problems
+
+    @classmethod
     def from_config(cls, cfg: dict) -> "Schedule":
         """The loop's knobs from a stage section; every problem reported at once."""
-        problems = [f"{k} is missing" for k in ("steps", "lr") if k not in cfg]
-        values = {k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg}
-        for k in ("steps", "checkpoint_every", "log_every"):
-            if k in values and int(values[k]) < 1:
-                problems.append(f"{k} must be >= 1 (got {values[k]})")
-        if "warmup" in values and not 0 <= int(values["warmup"]) < int(values.get("steps", 1 << 30)):
-            problems.append(f"warmup must be in [0, steps) (got {values['warmup']})")
-        if "min_lr_ratio" in values and not 0 <= values["min_lr_ratio"] <= 1:
-            problems.append(f"min_lr_ratio must be in [0, 1] (got {values['min_lr_ratio']})")
+        problems = cls.problems(cfg)
         if problems:
             raise StageError("training schedule: " + "; ".join(problems))
-        return cls(**values)
+        return cls(**{k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg})
 
     def factor(self, step: int) -> float:
         """Linear warmup to 1, then cosine down to min_lr_ratio (a multiplier of `lr`)."""
@@ -65,6 +82,15 @@ class Schedule:
             return (step + 1) / self.warmup
         progress = (step - self.warmup) / max(1, self.steps - self.warmup)
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def split_problems(cfg: dict, where: str, resources: dict | None) -> list[str]:
+    """The global batch splits evenly over the job's ranks (one per node, `resources.nodes`)."""
+    ranks = int((resources or {}).get("nodes", 1) or 1)
+    batch = cfg.get("batch_size")
+    if isinstance(batch, int) and batch % ranks:
+        return [f"{where}.batch_size {batch} does not split over {ranks} ranks (resources.nodes {ranks})"]
+    return []
 
 
 def init_distributed(dist_info, device: str = "cpu") -> bool:
@@ -273,9 +299,10 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
             lr = scheduler.get_last_lr()[0]
             speed = {}
             if progress is not None:  # tokens: the mean share times the ranks is the global batch's
-                speed = progress.update(step + 1, values[0].item(), lr, values[1].item() * ctx.dist.world_size)
+                speed = progress.update(step + 1, values[0].item(), lr, values[1].item() * ctx.dist.world_size,
+                                        extra={k: v.item() for k, v in zip(keys, values[2:])})
             ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr": lr, f"{name}/grad_norm": grad_norm.item(),
-                     **({f"{name}/tokens_per_s": speed["tokens_per_s"]} if speed else {}),
+                     **({f"{name}/tokens_per_s": speed["tokens_per_s"]} if speed and speed["tokens_per_s"] else {}),
                      **{f"{name}/{k}": v.item() for k, v in zip(keys, values[2:])}}, step=step + 1)
         if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
             save(step + 1, keep=True)

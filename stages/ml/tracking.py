@@ -50,9 +50,10 @@ class Progress:
         self.ctx, self.name, self.total, self.start = ctx, name, total, start
         self.t0 = self.t_last = time.monotonic()
 
-    def update(self, step: int, loss: float, lr: float, tokens: float) -> dict:
+    def update(self, step: int, loss: float, lr: float, tokens: float, extra: dict | None = None) -> dict:
         """Print the line, replace progress.json; returns {"tokens_per_s", "eta_s"}. `tokens` is
-        what the whole global batch processed since the last update."""
+        what the whole global batch processed since the last update (0: a stage that counts none,
+        whose line then shows no speed); `extra`: the stage's own fields (rl: reward; rm: accuracy)."""
         from lineage.records import atomic_write
 
         now = time.monotonic()
@@ -60,13 +61,16 @@ class Progress:
         done = step - self.start
         eta_s = (now - self.t0) / done * (self.total - step) if done > 0 else None
         self.t_last = now
-        print(f"[{self.name}] step {step}/{self.total} ({100 * step // self.total}%)  loss {loss:.4f}  "
-              f"lr {lr:.2e}  {tokens_per_s:,.0f} tok/s  ETA {'?' if eta_s is None else duration(eta_s)}",
+        extra = {k: v for k, v in (extra or {}).items() if v is not None}
+        fields = "".join(f"  {k} {v:.4f}" for k, v in extra.items())
+        speed = f"  {tokens_per_s:,.0f} tok/s" if tokens else ""
+        print(f"[{self.name}] step {step}/{self.total} ({100 * step // self.total}%)  loss {loss:.4f}{fields}  "
+              f"lr {lr:.2e}{speed}  ETA {'?' if eta_s is None else duration(eta_s)}",
               flush=True)
         atomic_write(RunDir(self.ctx.run_dir).progress, json.dumps({
             "stage": self.name, "attempt": self.ctx.attempt, "step": step, "total": self.total,
-            "loss": loss, "lr": lr, "tokens_per_s": tokens_per_s, "eta_s": eta_s, "time": time.time()},
-            sort_keys=True).encode())
+            "loss": loss, "lr": lr, "tokens_per_s": tokens_per_s if tokens else None, "eta_s": eta_s,
+            "extra": extra, "time": time.time()}, sort_keys=True).encode())
         return {"tokens_per_s": tokens_per_s, "eta_s": eta_s}
 
 
@@ -129,13 +133,23 @@ def _wandb(ctx, mode: str, project: str) -> tuple[WandB, str]:
     return WandB(run), where
 
 
+def check_config(config: dict) -> list[str]:
+    """The `tracking:` section's problems; `jobs submit` asks every stage's config (jobs/plan.py)."""
+    cfg = config.get("tracking", {}) or {}
+    if not isinstance(cfg, dict):
+        return [f"tracking must be a mapping (got {cfg!r})"]
+    mode = cfg.get("wandb", "offline")
+    return [] if mode in MODES else [f"tracking.wandb must be one of {', '.join(MODES)} (got {mode!r})"]
+
+
 @contextlib.contextmanager
 def session(ctx):
     """Attach the trackers the config asks for (rank 0 only) and close them however the block ends."""
     cfg = ctx.config.get("tracking", {}) or {}
     mode = cfg.get("wandb", "offline")
-    if mode not in MODES:
-        raise StageError(f"tracking.wandb must be one of {', '.join(MODES)} (got {mode!r})")
+    problems = check_config(ctx.config)
+    if problems:
+        raise StageError("; ".join(problems))
     trackers = []
     log_handler = None
     if ctx.dist.is_main:

@@ -81,6 +81,9 @@ def test_a_running_local_stage_shows_progress_in_status_logs_and_a_terminal_bar(
         submit.wait(timeout=120)
         _read_pty(master, screen)
         assert "CANCELLED" in screen.decode(errors="replace")
+        shown = run_jobs(store, "show", run)   # the killed attempt has ended, in the record too
+        assert re.search(r"attempt   #1 .* \d+\.\d s  exit cancelled  \(cancelled by user\)", shown.out), shown.out
+        assert "running  exit" not in shown.out
     finally:
         if submit.poll() is None:
             submit.kill()

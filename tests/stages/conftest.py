@@ -12,6 +12,7 @@ def pipeline(tmp_path_factory) -> Store:
     root = tmp_path_factory.mktemp("tiny pipeline") / "store"
     r = run_jobs(root, "submit", "tiny", "--stage", "all", timeout=1800)
     assert r.code == 0, r.out + r.err
+    (root.parent / "submit-all.out").write_text(r.out)   # what the user saw: test_pipeline reads the results
     # The pretrained and SFT models on the same held-out split: the baselines SFT and RL must beat.
     for upstream in ("pretrain", "sft"):
         r = run_jobs(root, "submit", "tiny", "--stage", "eval", "--input", f"model=tiny/{upstream}/model:latest",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import artifact_path, latest
+from helpers import artifact_path, latest, run_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -121,3 +121,24 @@ def test_tensorboard_holds_the_loss_curve(pipeline):
     acc.Reload()
     cfg = sft.spec["config"]["sft"]
     assert [e.step for e in acc.Scalars("sft/loss")] == list(range(cfg["log_every"], cfg["steps"] + 1, cfg["log_every"]))
+
+
+def test_submit_ends_each_stage_with_its_result_and_progress_lines_name_the_stages_own_fields(pipeline):
+    """`jobs submit` prints each stage's headline (eval accuracy, rl reward, rm accuracy, the loss)
+    as recorded; rm's progress lines show its accuracy and no speed (it counts no tokens), rl's the reward."""
+    out = (pipeline.root.parent / "submit-all.out").read_text()
+    rl = latest(pipeline, "rl")
+    runs = {"pretrain": latest(pipeline, "pretrain"), "sft": latest(pipeline, "sft"), "rm": latest(pipeline, "rm"),
+            "rl": rl, "eval": latest(pipeline, "eval", model=rl.outputs["model"])}
+    for stage, must in (("pretrain", ["pretrain/loss"]), ("sft", ["sft/loss"]), ("rm", ["rm/held_out_accuracy"]),
+                        ("rl", ["rl/val_accuracy", "rl/reward_mean"]), ("eval", ["eval/exact_match", "eval/pass@1"])):
+        line = next((x for x in out.splitlines() if x.startswith(f"{runs[stage].id}  {stage:<9} result: ")), None)
+        assert line is not None, out
+        for name in must:
+            assert f"{name} {runs[stage].metrics[name]:.4f}" in line, line
+    rm_log = run_jobs(pipeline.root, "logs", runs["rm"].id).out
+    lines = [x for x in rm_log.splitlines() if x.startswith("[rm] step ")]
+    assert lines and all("train_accuracy " in x and "tok/s" not in x for x in lines), rm_log[-2000:]
+    rl_log = run_jobs(pipeline.root, "logs", rl.id).out
+    lines = [x for x in rl_log.splitlines() if x.startswith("[rl] step ")]
+    assert lines and all(" reward " in x and "tok/s" in x for x in lines), rl_log[-2000:]
