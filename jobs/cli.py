@@ -44,11 +44,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     req = Request(recipe=args.recipe, stages=args.stage, overrides=args.overrides, inputs=args.input,
                   executor=args.executor, profile=args.profile, store=args.store, dry_run=args.dry_run,
                   force=args.force, allow_unpinned=args.allow_unpinned)
+    if args.sweep or args.max_parallel is not None:
+        from jobs import sweep
+        if not args.sweep:
+            raise ExecutorError("--max-parallel limits a sweep: give --sweep KEY=V1,V2 too")
+        return 0 if sweep.submit(req, args.sweep, args.max_parallel)[2] else 1
     return 0 if submit(req) else 1
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from jobs import status
+    if args.run and args.run.startswith("swp_"):
+        from jobs import sweep
+        print("\n".join(sweep.status(open_store(args), args.run, args.json)))
+        return 0
     print("\n".join(status.table(open_store(args), args.run, args.all, args.limit, args.json)))
     return 0
 
@@ -66,6 +75,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from jobs import status
+    if args.run.startswith("swp_"):
+        from jobs import sweep
+        print("\n".join(sweep.cancel(open_store(args), args.run)))
+        return 0
     print(status.cancel_run(open_store(args), args.run))
     return 0
 
@@ -88,6 +101,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     from jobs.status import check_limit
 
     check_limit(args.limit)
+    if args.sweep is not None:
+        from jobs import sweep
+        if args.sweep == "":
+            print("\n".join(sweep.sweeps_table(open_store(args))))
+        else:
+            show.print_runs(sweep.run_rows(open_store(args), args.sweep), args.json)
+        return 0
     show.print_runs(open_store(args).index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json)
     return 0
 
@@ -152,6 +172,10 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from jobs import report
+    if args.id.startswith("swp_"):
+        from jobs import sweep
+        print(sweep.report(open_store(args), args.id, Path(args.out).expanduser() if args.out else None))
+        return 0
     print(report.write(open_store(args), args.id, Path(args.out).expanduser() if args.out else None))
     return 0
 
@@ -181,7 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
             a("--allow-unpinned", **flag, help="accept container images not pinned by digest"),
             a("--force", **flag, help="run even if an identical run already succeeded"),
             a("--input", action="append", default=[], metavar="ROLE=ART",
-              help="use this artifact (art_… or NAME:latest|vN) for an input role; STAGE.ROLE=… for one stage"),
+              help="use this artifact (art_… or NAME:latest|vN, or SWEEP:best[METRIC]) for an input role; STAGE.ROLE=… for one stage"),
+            a("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+              help="run the stage over these values (also range(a,b), choice(a,b)); several: their grid"),
+            a("--max-parallel", type=int, metavar="N", help="with --sweep on Slurm: at most N points at once (array %%N)"),
             a("overrides", nargs="*", help="Hydra overrides: sft.lr=1e-4 +x.y=1 ~x"))
     command("status", cmd_status, "runs not yet ended (or one run), joined with squeue/sacct",
             a("run", nargs="?"), a("--all", **flag, help="ended runs too"), a("--limit", type=int, default=200), as_json)
@@ -189,7 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
             a("-f", "--follow", **flag, help="keep printing until the run ends"),
             a("--task", type=int, default=0, help="which task (node) of a multi-node job"))
     command("cancel", cmd_cancel, "cancel a run (scancel on Slurm)", a("run"))
-    command("list", cmd_list, "runs, newest first", a("--recipe"), a("--stage"), a("--limit", type=int, default=50), as_json)
+    command("list", cmd_list, "runs, newest first", a("--recipe"), a("--stage"), a("--limit", type=int, default=50), as_json,
+            a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"))
+    command("compare", call("jobs.sweep:compare_command", "store", "id", "metric", "json"),
+            "a sweep's points side by side with a metric, the best marked",
+            a("id", help="a sweep ID (swp_…)"), a("--metric", help="the metric that ranks (default: the stage's loss)"), as_json)
     command("show", cmd_show, "a run's or an artifact's record",
             a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json)
     command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json)
