@@ -454,7 +454,15 @@ def best_input(store, text: str, kind: str) -> str:
     m = BEST.match(text)
     if not m:
         raise InputError(f"bad input {text!r}: a sweep is given as SWEEP:best or SWEEP:best[METRIC]")
-    view, runs, metric, higher, best = ranked(store, m[1], m[2])
+    from jobs.status import statuses
+    from lineage import sweeps as records
+
+    view = records.read(store, records.resolve(store, m[1]))
+    busy = [v.id for v, _ in statuses(store, [r for r in view.runs if r])
+            if v.state not in TERMINAL and v.state != RunState.LOST]
+    if busy:   # the best so far is not the sweep's best
+        raise InputError(f"sweep {view.id}: {len(busy)} point(s) not ended yet; wait for them (jobs status {view.id})")
+    view, runs, metric, higher, best = ranked(store, view.id, m[2])
     if best is None:
         raise InputError(f"sweep {view.id}: no point has succeeded with metric {metric}; no best point yet")
     outs = {name: art for name, art in runs[best].outputs.items() if store.artifact(art).get("kind") == kind}
