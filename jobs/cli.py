@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
               help="use this artifact (art_… or NAME:latest|vN, or SWEEP:best[METRIC]) for an input role; STAGE.ROLE=… for one stage"),
             a("--sweep", action="append", default=[], metavar="KEY=V1,V2",
               help="run the stage over these values (also range(a,b), choice(a,b)); several: their grid"),
-            a("--max-parallel", type=int, metavar="N", help="with --sweep on Slurm: at most N points at once (array %%N)"),
+            a("--max-parallel", type=int, metavar="N", help="with --sweep: at most N points at once (Slurm: array %%N)"),
             a("overrides", nargs="*", help="Hydra overrides: sft.lr=1e-4 +x.y=1 ~x"))
     command("status", cmd_status, "runs not yet ended (or one run), joined with squeue/sacct",
             a("run", nargs="?"), a("--all", **flag, help="ended runs too"), a("--limit", type=int, default=200), as_json)

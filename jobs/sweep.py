@@ -6,7 +6,7 @@ code snapshot and environment are settled once for all points; each point's conf
 checked like a single run's, so one bad value refuses the whole sweep before anything is written.
 Points whose identical run already succeeded are reused (the run cache), points still queued or
 running from an earlier submission of the same sweep are left alone, and the rest run: on Slurm
-as one job array (`--max-parallel N` -> `%N`), here one after another.
+as one job array (`--max-parallel N` -> `%N`), here one after another (or N at a time).
 The sweep's record lives in lineage/sweeps.py; `status`, `list --sweep`, `compare`, `report` and
 `cancel` take a sweep ID, and `--input ROLE=SWEEP:best[METRIC]` feeds the best point's output on.
 """
@@ -214,10 +214,16 @@ def submit(req, sweeps: list[str], max_parallel: int | None = None,
             executor.launch_array(store, new, [prepared[i] for i in todo], store.folder(f"sweeps/{sweep_id}"),
                                   max_parallel, sweep_id, echo=echo)
             return sweep_id, new, True
-        ok = True
-        for i in todo:   # independent points: one failing does not stop the others
-            ok = executor.launch(store, [runs[i]], [prepared[i]], echo=echo) and ok
-        return sweep_id, new, ok
+        # Independent points: one failing does not stop the others; --max-parallel N runs N at once.
+        def one(i: int) -> bool:
+            return executor.launch(store, [runs[i]], [prepared[i]], echo=echo)
+
+        if (max_parallel or 1) > 1 and len(todo) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_parallel) as pool:
+                return sweep_id, new, all(list(pool.map(one, todo)))
+        return sweep_id, new, all([one(i) for i in todo])
 
 
 def _cached(store, idx, key: str) -> str | None:

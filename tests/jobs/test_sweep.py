@@ -54,12 +54,12 @@ def test_a_bad_value_in_one_point_refuses_the_sweep_and_leaves_the_store_untouch
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory) -> tuple[Path, dict, str]:
-    """A store in which testchain's count stage ran as a local sweep over count.steps=1,2,3."""
+    """A store in which testchain's count stage ran as a local sweep over count.steps=3,1,2, two at a time."""
     env = {"JOBS_RECIPES": str(FIXTURES / "recipes"),
            "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
     store = tmp_path_factory.mktemp("sweep") / "store"
     r = run_jobs(store, "submit", "testchain", "--stage", "count", "--sweep", "count.steps=3,1,2", "count.step_s=0",
-                 env=env)
+                 "--max-parallel", "2", env=env)
     assert r.code == 0, r.err
     sweep = r.out.split("sweep ", 1)[1].split(":")[0]
     return store, env, sweep
