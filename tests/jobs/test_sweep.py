@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -32,24 +31,6 @@ def test_the_grid_is_every_combination_in_hydras_grammar():
             parse([bad])
     with pytest.raises(RecipeError, match="given twice"):
         parse(["sft.lr=1,2", "sft.lr=3"])
-
-
-def test_a_bad_value_in_one_point_refuses_the_sweep_and_leaves_the_store_untouched(data_store, tmp_path):
-    store = tmp_path / "store"
-    shutil.copytree(data_store, store, symlinks=True)
-    before = tree_digest(store)
-    r = run_jobs(store, "submit", "tiny", "--stage", "pretrain", "--sweep", "pretrain.lr=1e-3,-1",
-                 "--sweep", "pretrain.steps=2,3")
-    assert r.code == 2 and r.out == ""
-    assert r.err.startswith("jobs: error: sweep point pretrain.lr=-1 pretrain.steps=2: tiny/pretrain: pretrain.lr")
-    assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
-    assert tree_digest(store) == before
-    for args in (["--sweep", "pretrain.lr=1e-3,2e-3", "--stage", "pretrain,sft"],       # one stage only
-                 ["--sweep", "pretrain.lr=1e-3,2e-3", "--stage", "pretrain", "pretrain.lr=1"],  # swept and set
-                 ["--max-parallel", "2", "--stage", "pretrain"]):                      # a limit without a sweep
-        r = run_jobs(store, "submit", "tiny", *args)
-        assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err, r.err
-    assert tree_digest(store) == before
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +86,18 @@ def test_compare_marks_the_best_point_and_a_later_stage_takes_its_output(swept):
     report = run_jobs(store, "report", sweep, "-o", str(store.parent / "sweep.html"), env=env)
     assert report.code == 0, report.err
     assert "<svg" in (store.parent / "sweep.html").read_text()
+
+
+def test_a_bad_value_in_one_point_refuses_the_sweep_and_leaves_the_store_untouched(swept):
+    store, env, _ = swept
+    before = tree_digest(store)
+    r = run_jobs(store, "submit", "tiny", "--stage", "data", "--sweep", "data.n_sft=100,-5", "--sweep", "seed=1,2")
+    assert r.code == 2 and r.out == ""
+    assert r.err.startswith("jobs: error: sweep point data.n_sft=-5 seed=1: tiny/data: data.n_sft must be")
+    assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+    for args in (["--sweep", "count.steps=1,2", "--stage", "count,double"],      # one stage only
+                 ["--sweep", "count.steps=1,2", "--stage", "count", "count.steps=3"],  # swept and set
+                 ["--max-parallel", "2", "--stage", "count"]):                   # a limit without a sweep
+        r = run_jobs(store, "submit", "testchain", *args, env=env)
+        assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err, r.err
+    assert tree_digest(store) == before
