@@ -207,6 +207,7 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
     if not os.path.lexists(src) or src.is_symlink() or not (src.is_file() or src.is_dir()):
         raise InputError(f"{path}: not a file or folder here" + (" (a symbolic link: pass its target)" if src.is_symlink() else ""))
     check_source(src)
+    check_layout(src, kind, kinds[kind])
 
     existed = (Path(store_root).expanduser() / MARKER).exists()
     if existed:
@@ -221,7 +222,7 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
         if _verifies(store, art):                  # the same bytes are in the store already: no second copy
             had = store.artifact(art).get("kind")
             if had != kind:
-                raise InputError(f"these bytes are already artifact {art[:16]} of kind {had}: add them with --kind {had}")
+                raise InputError(same_bytes_other_kind(store, art, had, kind, kinds))
             _remove(dest.parent)
             held = _holding_version(store, name, art)
             if held is not None:
@@ -243,6 +244,35 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
         _remove(dest.parent)
         _undo_store(store.root, created=not existed)
         raise
+
+
+def check_layout(src: Path, kind: str, readers: list[str]) -> None:
+    """The folder holds what the stages that read `kind` open (stages/layouts.py), before any copy."""
+    from stages.layouts import problems
+
+    wrong = problems(kind, src)
+    if wrong:
+        raise InputError(f"{src} cannot be read as {kind} (by {', '.join(readers[:3])}): {'; '.join(wrong)}; nothing was added")
+
+
+def same_bytes_other_kind(store, art: str, had: str, kind: str, kinds: dict[str, list[str]]) -> str:
+    """Why the same bytes cannot be added as another kind: an artifact is its bytes, with one kind."""
+    names = store.index().names_of(art)
+    known = f" ({', '.join(names[:2])})" if names else ""
+    use = (f"; pass it as it is where {had} is read (--input ROLE={names[0] if names else art})" if had in kinds
+           else f"; no stage reads {had}")
+    return (f"these bytes are already artifact {art[:16]}{known} of kind {had}, and an artifact (its ID is its "
+            f"bytes') has one kind, so they cannot also be a {kind}{use}; nothing was added")
+
+
+def origin(record: dict) -> str | None:
+    """Where an added artifact came from, in one line (`jobs show`, `jobs lineage`), else None."""
+    o = (record.get("metadata") or {}).get("origin")
+    if not isinstance(o, dict):
+        return None
+    where = " ".join(x for x in (o.get("source"), f"@ {o['revision']}" if o.get("revision") else None) if x)
+    copied = f"added from {o.get('path')} on {o.get('host')}" if o.get("path") else "added"
+    return f"{where} ({copied})" if where else copied
 
 
 def _remove(folder: Path) -> None:

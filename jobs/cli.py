@@ -101,15 +101,25 @@ def cmd_list(args: argparse.Namespace) -> int:
     from jobs.status import check_limit
 
     check_limit(args.limit)
+    store = open_store(args)
     if args.sweep is not None:
         from jobs import sweep
         if args.sweep == "":
-            print("\n".join(sweep.sweeps_table(open_store(args))))
+            print("\n".join(sweep.sweeps_table(store)))
         else:
-            show.print_runs(sweep.run_rows(open_store(args), args.sweep), args.json)
+            show.print_runs(sweep.run_rows(store, args.sweep), args.json, store=store, metric=args.metric)
         return 0
-    show.print_runs(open_store(args).index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json)
+    show.print_runs(store.index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json,
+                    store=store, metric=args.metric)
     return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    if len(args.runs) == 1 and args.runs[0].startswith("swp_"):   # a sweep: its grid, the best point marked
+        from jobs import sweep
+        return sweep.compare_command(open_store(args), args.runs[0], args.metric[-1] if args.metric else None, args.json)
+    from jobs import compare
+    return compare.command(open_store(args), args.runs, args.stage, args.metric, args.limit, args.json)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -133,12 +143,8 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from jobs.reproduce import diff
-
-    store = open_store(args)
-    lines = diff(store, store.index().resolve_run(args.a), store.index().resolve_run(args.b))
-    print("\n".join(lines) if lines else "no differences in config, code, environment, inputs or outputs")
-    return 1 if lines else 0   # like diff(1): scripts can ask whether two runs differ
+    from jobs.compare import diff_command
+    return diff_command(open_store(args), args.a, args.b)   # exit 1 when they differ, like diff(1)
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -216,11 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
             a("-f", "--follow", **flag, help="keep printing until the run ends"),
             a("--task", type=int, default=0, help="which task (node) of a multi-node job"))
     command("cancel", cmd_cancel, "cancel a run (scancel on Slurm)", a("run"))
-    command("list", cmd_list, "runs, newest first", a("--recipe"), a("--stage"), a("--limit", type=int, default=50), as_json,
-            a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"))
-    command("compare", call("jobs.sweep:compare_command", "store", "id", "metric", "json"),
-            "a sweep's points side by side with a metric, the best marked",
-            a("id", help="a sweep ID (swp_…)"), a("--metric", help="the metric that ranks (default: the stage's loss)"), as_json)
+    command("list", cmd_list, "runs, newest first, with how long each ran", a("--recipe"), a("--stage"),
+            a("--limit", type=int, default=50), a("--metric", help="add a column: this metric's last value (e.g. eval/exact_match)"),
+            as_json, a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"))
     command("show", cmd_show, "a run's or an artifact's record",
             a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json)
     command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json)
@@ -234,8 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run even if the image pin or installed packages differ from the record (recorded as drift)"),
             a("--no-wait", **flag, help="a Slurm run: return once the reproduction is submitted"),
             a("--compare", **flag, help="RUN is an ended reproduction (from --no-wait): compare it with its original"))
-    command("diff", cmd_diff, "how two runs differ: config, code, environment, image, inputs, outputs (exit 1 when they do)",
+    command("diff", cmd_diff, "how two runs differ: config, code, environment, image, inputs, outputs, metrics (exit 1 when they do)",
             a("a"), a("b"))
+    command("compare", cmd_compare,
+            "a table of runs: the config keys that differ between them, and their metrics; a sweep's grid and best point",
+            a("runs", nargs="+", metavar="RUN|RECIPE|SWEEP",
+              help="two or more run IDs (or prefixes), a recipe: its newest runs, or a sweep (swp_…): every point"),
+            a("--stage", help="with a RECIPE: only this stage's runs"),
+            a("--metric", action="append", help="only these metrics (repeat the flag); default: every metric but timings"),
+            a("--limit", type=int, default=20, help="with a RECIPE: its newest N runs (default 20)"), as_json)
     command("verify", call("jobs.maintenance:verify", "store", "id", "all"), "re-hash artifacts and report corruption", a("id", nargs="?"), a("--all", **flag))
     command("gc", cmd_gc, "delete artifacts nothing keeps (dry run unless --yes)",
             a("--older-than", type=float, default=7.0, metavar="DAYS", help="retention (default 7 days)"),
@@ -266,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
             a("--source", help="where it came from (a URL)"), a("--revision", help="the source's revision or commit"))
     command("recipes", cmd_recipes, "recipes and their stages")
     command("report", cmd_report, "one HTML file for a run, an artifact's lineage or a recipe: graph, curves, evals",
-            a("id", help="run ID (or prefix), art_… or NAME:latest|vN, or a recipe name (its newest run per stage)"),
+            a("id", help="run ID (or prefix), art_… or NAME:latest|vN, or a recipe name (its newest consistent chain of successful runs)"),
             a("-o", "--out", help="the HTML file to write (default: ./report-<ID>.html)"))
     return p
 

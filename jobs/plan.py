@@ -8,6 +8,7 @@ import importlib.util
 from dataclasses import dataclass, field
 
 from jobs import recipes
+from jobs.chains import Chains
 from jobs.errors import InputError, RecipeError
 from lineage import Store
 from lineage.errors import LineageError
@@ -36,6 +37,7 @@ class Plan:
     stages: list[StagePlan]
     code: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)   # one line each, for stderr: chains chosen or mixed
 
 
 def parse_inputs(pairs: list[str]) -> dict[str, str]:
@@ -63,24 +65,35 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
     _check_explicit_roles(explicit, selected)
     routed = recipes.split_overrides(overrides, [s.name for s in selected])
 
-    plans = []
+    plans, notes = [], []
+    chains = Chains(store, recipe, names)
     for spec in selected:
         resolved, upstream = {}, {}
-        for inp in spec.inputs:
+        chooser = chains.start(spec.name)
+        for inp in chains.order(spec, explicit):
             given = explicit.get(f"{spec.name}.{inp.role}", explicit.get(inp.role))
             if given is not None:
                 resolved[inp.role] = _resolve(store, given, inp)
+                chooser.explicit(inp.role, given, resolved[inp.role])
             elif inp.stage in names:
                 upstream[inp.role] = (inp.stage, inp.output)
+                chooser.pending(inp.role, inp.stage)
             else:
                 alias = f"{recipe.name}/{inp.stage}/{inp.output}:latest"
-                try:
-                    resolved[inp.role] = _resolve(store, alias, inp)
-                except LineageError:
-                    raise InputError(
-                        f"stage {spec.name} needs input {inp.role} ({inp.kind}) and no {alias} exists: "
-                        f"run `jobs submit {recipe.name} --stage {inp.stage}` first or pass --input {inp.role}=ART"
-                    ) from None
+                picked = chooser.from_chain(inp)
+                if picked:
+                    resolved[inp.role] = _resolve(store, picked, inp)
+                    notes += chooser.differs_from(inp, alias, resolved[inp.role], store)
+                else:
+                    try:
+                        resolved[inp.role] = _resolve(store, alias, inp)
+                    except LineageError:
+                        raise InputError(
+                            f"stage {spec.name} needs input {inp.role} ({inp.kind}) and no {alias} exists: "
+                            f"run `jobs submit {recipe.name} --stage {inp.stage}` first or pass --input {inp.role}=ART"
+                        ) from None
+                chooser.default(inp.role, resolved[inp.role])
+        notes += chooser.finish()
         config = recipes.compose(recipe, spec.name, routed[spec.name])
         _check_config(recipe.name, spec, config)
         plans.append(StagePlan(
@@ -90,7 +103,8 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
             outputs=dict(spec.outputs), resources=dict(spec.resources),
             container=spec.container, ray=spec.ray,
         ))
-    return Plan(recipe=recipe.name, executor=executor, stages=plans, code=code_state(), environment=python_env())
+    return Plan(recipe=recipe.name, executor=executor, stages=plans, code=code_state(), environment=python_env(),
+                notes=notes)
 
 
 def plan_from_record(store: Store, view, executor: str) -> Plan:

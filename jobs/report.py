@@ -8,8 +8,8 @@ its Content-Security-Policy forbids loading anything, so it opens the same from 
 an e-mail attachment or a laptop on a plane.
 
 Scope: a RUN shows that run, with its inputs' ancestry and its outputs' descendants in the graph;
-an ARTIFACT (art_…, NAME:latest) shows every run upstream and downstream of it; a RECIPE the newest
-run of each of its stages in this store.
+an ARTIFACT (art_…, NAME:latest) shows every run upstream and downstream of it; a RECIPE one consistent
+chain of its successful runs (jobs/chains.py recipe_chain), named on the page.
 """
 from __future__ import annotations
 
@@ -44,11 +44,11 @@ def _scope(store, idx, target: str) -> tuple[str, list[str], list[str], str | No
         return f"artifact {_art_label(idx, art)}", [], [art], art
     rows = idx.runs(recipe=target) if re.fullmatch(r"[A-Za-z0-9_.-]+", target) else []
     if rows:
-        newest: dict[str, str] = {}
-        for r in rows:                       # newest first: keep the first run of each stage
-            newest.setdefault(r["stage"], r["id"])
-        runs = sorted(newest.values())
-        return f"recipe {target}", runs, [], None
+        from jobs.chains import recipe_chain
+        chain, _ = recipe_chain(store, idx, target)   # one consistent chain of successful runs
+        if not chain:
+            raise JobsError(f"recipe {target} has no successful run in {store.root} (see `jobs list --recipe {target}`)")
+        return f"recipe {target}", sorted(chain.values()), [], None
     if not re.fullmatch(r"[0-9a-fA-F-]+", target):
         from jobs import recipes
         known = target in recipes.available()
@@ -113,8 +113,8 @@ def _walk(store, idx, runs: list[str], arts: list[str]) -> tuple[dict[str, str],
 
 
 def _art_label(idx, art: str) -> str:
-    names = idx.names_of(art)
-    return names[-1] if names else art[:16]
+    from jobs.chains import describe
+    return describe(idx, art)   # its own version, not a newer one a re-run of the same bytes added
 
 
 def _run_label(idx, run: str) -> str:
@@ -340,6 +340,8 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
     parts = [f"<h1>{e(title)}</h1>",
              f'<p class="meta">store {e(str(store.root))} · written {e(time.strftime("%Y-%m-%d %H:%M:%S %Z"))} '
              f"by <code>jobs report {e(target)}</code></p>"]
+    if title.startswith("recipe "):
+        parts.append(_chain_note(store, idx, target))
     if shown:
         parts.append("<nav><b>runs</b> " + " ".join(
             f'<a href="#run-{e(r)}">{e(_run_label(idx, r))} {e(r[:13])}</a>' for r in shown) + "</nav>")
@@ -357,13 +359,28 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
     else:
         parts.append("<p>no lineage recorded</p>")
     parts.append("</section>")
-    parts.append(_eval_section(store, idx, [n for n, w in nodes.items() if w == "art"], bad))
+    parts.append(_eval_section(store, idx, [n for n, w in nodes.items() if w == "art"], bad, set(shown)))
     for r in shown:
         parts.append(_run_section(store, idx, r, bad))
     return _page(title, "\n".join(parts)), re.sub(r"[^A-Za-z0-9_.-]", "_", target)[:64]
 
 
-def _eval_section(store, idx, arts: list[str], bad: dict[str, str | None]) -> str:
+def _chain_note(store, idx, recipe: str) -> str:
+    """Which runs a RECIPE's report shows, and why those: one consistent chain of successful runs."""
+    from jobs.chains import recipe_chain
+
+    chain, left = recipe_chain(store, idx, recipe)
+    e = html.escape
+    used = ", ".join(f"{e(stage)} <code>{e(run[:13])}</code>" for stage, run in sorted(chain.items(), key=lambda x: x[1]))
+    out = (f'<p class="chain">One chain of successful runs: the newest successful run of the last stage whose '
+           f"inputs come from one chain, the runs it descends from, and for each other stage its newest successful "
+           f"run whose inputs come from these runs. Runs: {used}.")
+    if left:
+        out += f" No such run of: {e(', '.join(left))}."
+    return out + "</p>"
+
+
+def _eval_section(store, idx, arts: list[str], bad: dict[str, str | None], runs=()) -> str:
     rows = []
     for a in sorted(arts):
         try:
@@ -378,19 +395,21 @@ def _eval_section(store, idx, arts: list[str], bad: dict[str, str | None]) -> st
         except ValueError:
             results = None
         if isinstance(results, dict):
-            model = next((c["artifact"] for p in idx.producer(a) for c in idx.edges_of(p["run"], "in")
-                          if c["role"] == "model"), None)
-            rows.append((a, model, results))
+            made = [p for p in idx.producer(a) if p["run"] in runs] or idx.producer(a)[:1]   # a shown run's, if any
+            ins = {c["role"]: c["artifact"] for p in made[:1] for c in idx.edges_of(p["run"], "in")}
+            data = next((x for role, x in sorted(ins.items()) if role != "model"), None)   # the eval data it scored
+            rows.append((a, ins.get("model"), data, results))
     if not rows:
         return '<section id="eval"><h2>Evaluation</h2><p>no eval-report artifact in this lineage</p></section>'
-    keys = sorted({k for _, _, r in rows for k, v in r.items() if not isinstance(v, (dict, list))})
+    keys = sorted({k for *_, r in rows for k, v in r.items() if not isinstance(v, (dict, list))})
     e = html.escape
-    head = ("<tr><th>report</th><th>model</th><th>verified</th>" + "".join(f"<th>{e(k)}</th>" for k in keys)
+    head = ("<tr><th>report</th><th>model</th><th>data</th><th>verified</th>" + "".join(f"<th>{e(k)}</th>" for k in keys)
             + "</tr>")
     body = "".join(
         ("<tr class=\"corrupt\">" if bad.get(a) else "<tr>") + f"<td>{e(_art_label(idx, a))}</td>"
-        f"<td>{e(_art_label(idx, m)) if m else '-'}</td><td>{e(_mark(bad.get(a)))}</td>"
-        + "".join(f'<td class="num">{e(_fmt(r.get(k, "")))}</td>' for k in keys) + "</tr>" for a, m, r in rows)
+        f"<td>{e(_art_label(idx, m)) if m else '-'}</td><td>{e(_art_label(idx, d)) if d else '-'}</td>"
+        f"<td>{e(_mark(bad.get(a)))}</td>"
+        + "".join(f'<td class="num">{e(_fmt(r.get(k, "")))}</td>' for k in keys) + "</tr>" for a, m, d, r in rows)
     return f'<section id="eval"><h2>Evaluation</h2><table class="eval">{head}{body}</table></section>'
 
 

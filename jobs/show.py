@@ -21,15 +21,27 @@ def size(n: int) -> str:
     return str(n)
 
 
-def print_runs(rows: Iterable, as_json: bool = False) -> None:
-    """`jobs list`: a table, or (`as_json`) one JSON object per run and line, with stable keys."""
+def print_runs(rows: Iterable, as_json: bool = False, store=None, metric: str | None = None) -> None:
+    """`jobs list`: a table, or (`as_json`) one JSON object per run and line, with stable keys; with
+    the store, each run's duration, end and metrics too (jobs/metrics.py), and `metric` as a column."""
+    from jobs.metrics import check_known, duration, facts, number
+
+    rows = list(rows)
+    more = {r["id"]: facts(store.run(r["id"])) for r in rows} if store is not None else {}
+    if metric:
+        check_known(metric, [m["metrics"] for m in more.values()])
     if as_json:
         for r in rows:
-            print(json.dumps({k: r[k] for k in ("id", "recipe", "stage", "state", "executor", "created")}, sort_keys=True))
+            print(json.dumps({**{k: r[k] for k in ("id", "recipe", "stage", "state", "executor", "created")},
+                              **more.get(r["id"], {})}, sort_keys=True))
         return
-    print(f"{'RUN':<36}  {'RECIPE':<8} {'STAGE':<9} {'STATE':<10} {'EXECUTOR':<8} CREATED")
+    col = f"  {metric}" if metric else ""
+    print(f"{'RUN':<36}  {'RECIPE':<8} {'STAGE':<9} {'STATE':<10} {'EXECUTOR':<8} {'CREATED':<19}  {'TOOK':>7}{col}")
     for r in rows:
-        print(f"{r['id']:<36}  {r['recipe']:<8} {r['stage']:<9} {r['state'] or '?':<10} {r['executor'] or '-':<8} {_when(r['created'])}")
+        f = more.get(r["id"], {})
+        val = f"  {number(f.get('metrics', {}).get(metric))}" if metric else ""
+        print(f"{r['id']:<36}  {r['recipe']:<8} {r['stage']:<9} {r['state'] or '?':<10} {r['executor'] or '-':<8} "
+              f"{_when(r['created']):<19}  {duration(f.get('duration_s')):>7}{val}")
 
 
 def print_artifacts(idx, rows: Iterable, as_json: bool = False) -> None:
@@ -57,9 +69,11 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
         run_id = idx.resolve_run(ident)
         if not as_json:
             return print_run(store, idx, run_id)
+        from jobs.metrics import facts
         v = store.run(run_id)
         doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
-               "spec": v.spec, "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers}
+               "spec": v.spec, "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers,
+               **facts(v)}   # metrics, duration_s, ended
         print(json.dumps(doc, sort_keys=True, default=str))
         return None
     art = store.resolve_artifact(ident)
@@ -164,6 +178,9 @@ def print_artifact(store, idx, art_id: str) -> None:
     print(f"names     {', '.join(idx.names_of(art_id)) or '-'}")
     print(f"path      {a['path']}")
     print(f"producer  {a.get('producer') or '-'}")
+    from jobs.add import origin
+    if origin(a):
+        print(f"origin    {origin(a)}")
     consumers = sorted({r['run'] for r in idx.consumers(art_id)})
     print(f"used by   {', '.join(consumers) or '-'}")
     print(f"created   {_when(a['created'])}")
@@ -181,9 +198,9 @@ def _graph(idx, art_id: str):
     nodes: dict[str, str] = {}
     edges: set[tuple[str, str, str]] = set()
 
-    def label_art(a: str) -> str:
-        names = idx.names_of(a)
-        return f"{a[:12]} {names[-1] if names else ''}".strip()
+    def label_art(a: str) -> str:   # its own version: a later re-run of the same bytes is not what it was made as
+        from jobs.chains import own_name
+        return f"{a[:12]} {own_name(idx, a) or ''}".strip()
 
     def label_run(r: str) -> str:
         row = idx.run_row(r)
@@ -220,7 +237,17 @@ def _graph(idx, art_id: str):
 
 
 def lineage(store, idx, art_id: str, fmt: str = "text") -> str:
+    from jobs.add import origin
+    from lineage.errors import LineageError
+
     nodes, edges = _graph(idx, art_id)
+    for n in nodes:   # an artifact a user added: its origin (--source, --revision) on its label
+        if n.startswith("art_") and not idx.producer(n):
+            try:
+                where = origin(store.artifact(n))
+            except LineageError:   # a record gc removed or damage: the graph still shows the node
+                where = None
+            nodes[n] += f" [{where}]" if where else ""
     if fmt == "json":
         return json.dumps({"artifact": art_id,
                            "nodes": [{"id": n, "type": "artifact" if n.startswith("art_") else "run", "label": nodes[n]}

@@ -66,6 +66,8 @@ def submit_runs(req: Request, echo: Callable[[str], None] = print) -> tuple[list
             plan = plan_from_record(store, store.run(req.reproduces), req.executor)
         else:
             plan = make_plan(store, req.recipe, req.stages, overrides=req.overrides, inputs=req.inputs, executor=req.executor)
+            if tries == 1:
+                _notes(plan.notes)
         for sp in plan.stages:
             profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
         verify_inputs(store, plan)   # dry runs too: a dry run that passes means the submit would
@@ -125,3 +127,12 @@ def _reuse(store, plan, facts: list[dict], echo) -> dict[str, str]:
         outs = " ".join(f"{k}={v[:16]}" for k, v in store.run(run_id).outputs.items())
         echo(f"{run_id}  {stage:<9} reused: an identical run already succeeded and its outputs verify ({outs}); --force re-runs")
     return reused
+
+
+def _notes(lines: list[str]) -> None:
+    """The plan's notes (an input taken from its chain, not `:latest`; inputs that mix chains): one line
+    each on stderr, so that stdout stays what scripts read."""
+    import sys
+
+    for line in lines:
+        sys.stderr.write(f"jobs: {line}\n")

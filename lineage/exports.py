@@ -17,7 +17,9 @@ from lineage.records import atomic_write
 from lineage.states import RunState
 from lineage.store import Store
 
-OPENLINEAGE_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent"
+# The spec 2-0-2 keeps its definitions under $defs: these JSON pointers resolve in the published files.
+OPENLINEAGE_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
+ERROR_FACET_SCHEMA = "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet"
 PRODUCER = "https://github.com/jobs-llm/jobs"
 
 
@@ -43,9 +45,10 @@ def export_dvc(store: Store, art_id: str, repo: Path, name: str | None = None) -
     store.verify(art_id)  # never export bytes that no longer match the record
     name = name or (record.get("name") or art_id).replace("/", "-")
     dest = repo / name
-    for target in (dest, repo / f"{name}.dvc"):
-        if os.path.lexists(target):
-            raise LineageError(f"{show_path(target)} exists already: pass another --name or remove it")
+    if os.path.lexists(repo / f"{name}.dvc") or os.path.lexists(dest):
+        if _replaceable(store, repo, name, art_id) == "same":
+            return repo / f"{name}.dvc"
+        _remove_export(dest)
     if (repo / ".gitignore").is_symlink() or (repo / ".dvc" / "cache").is_symlink():
         raise LineageError(f"{show_path(repo)}: .gitignore or .dvc/cache is a symbolic link; refusing to write through it")
     try:
@@ -75,6 +78,70 @@ def export_dvc(store: Store, art_id: str, repo: Path, name: str | None = None) -
     if f"/{name}" not in lines:
         atomic_write(ignore, ("\n".join([*lines, f"/{name}"]) + "\n").encode(), mode=0o644)
     return dvc_file
+
+
+def _replaceable(store: Store, repo: Path, name: str, art_id: str) -> str:
+    """An earlier export under `name` may be updated to another version of the same artifact name,
+    when its folder is still exactly what was exported; "same" when it already holds `art_id`.
+    Anything else there (another name's artifact, a file edited since, not ours) is refused."""
+    import yaml
+
+    dvc_file, dest = repo / f"{name}.dvc", repo / name
+    taken = f"{show_path(dvc_file if os.path.lexists(dvc_file) else dest)} exists already"
+    try:
+        old = (yaml.safe_load(dvc_file.read_bytes()) or {}).get("meta", {}).get("jobs_artifact")
+    except (OSError, yaml.YAMLError, AttributeError):
+        old = None
+    if not isinstance(old, str) or dvc_file.is_symlink() or dest.is_symlink():
+        raise LineageError(f"{taken} and was not exported from a store: pass another --name or remove it")
+    if old == art_id:
+        return "same"
+    ours = _base_names(store, art_id)
+    theirs = _base_names(store, old)
+    if not ours & theirs:
+        raise LineageError(f"{taken} and holds {old[:16]} ({', '.join(sorted(theirs)) or 'no name'}), not a version "
+                           f"of {', '.join(sorted(ours)) or art_id[:16]}: pass another --name")
+    changed = _changed_files(store, old, dest)
+    if changed:
+        raise LineageError(f"{show_path(dest)} changed since {old[:16]} was exported ({changed}): commit or move "
+                           "your edits first; nothing was replaced")
+    return "update"
+
+
+def _base_names(store: Store, art_id: str) -> set[str]:
+    try:
+        return {n.rsplit(":", 1)[0] for n in store.index().names_of(art_id)}
+    except LineageError:
+        return set()
+
+
+def _changed_files(store: Store, art_id: str, dest: Path) -> str | None:
+    """The first file of the exported folder that differs from the artifact's manifest, or None."""
+    from lineage.hashing import ALGORITHM
+    import hashlib
+
+    try:
+        manifest = {e["path"]: e["digest"] for e in store.artifact(art_id)["manifest"]}
+    except LineageError:
+        return "its artifact is no longer in the store"
+    if not dest.is_dir():
+        return "the folder is missing"
+    here = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file() or p.is_symlink()}
+    for extra in sorted(here - set(manifest)):
+        return f"{extra} was added"
+    for rel, digest in sorted(manifest.items()):
+        path = dest / rel
+        if rel not in here or path.is_symlink():
+            return f"{rel} was removed"
+        if f"{ALGORITHM}:{hashlib.sha256(path.read_bytes()).hexdigest()}" != digest:
+            return f"{rel} was edited"
+    return None
+
+
+def _remove_export(dest: Path) -> None:
+    """The earlier export's folder (its bytes stay in DVC's cache, where `dvc checkout` finds them)."""
+    if dest.is_dir():
+        shutil.rmtree(dest)
 
 
 def openlineage_events(store: Store, run_id: str) -> list[dict]:
@@ -107,7 +174,13 @@ def openlineage_events(store: Store, run_id: str) -> list[dict]:
                "job": job, "inputs": inputs, "outputs": [], "producer": PRODUCER, "schemaURL": OPENLINEAGE_SCHEMA}]
     end_type = {RunState.SUCCEEDED: "COMPLETE", RunState.FAILED: "FAIL", RunState.CANCELLED: "ABORT"}.get(view.state)
     if end_type:
-        events.append({"eventType": end_type, "eventTime": iso(view.updated), "run": {"runId": run_id},
+        end_run: dict = {"runId": run_id}
+        if view.state == RunState.FAILED:   # the reason the record holds, as the spec's error facet
+            why = view.reason or next((a.get("error") for a in reversed(view.attempts) if a.get("error")), None)
+            end_run["facets"] = {"errorMessage": {"_producer": PRODUCER, "_schemaURL": ERROR_FACET_SCHEMA,
+                                                  "message": why or "failed (no reason recorded)",
+                                                  "programmingLanguage": "PYTHON"}}
+        events.append({"eventType": end_type, "eventTime": iso(view.updated), "run": end_run,
                        "job": job, "inputs": inputs,
                        "outputs": [dataset(a, n) for n, a in sorted(view.outputs.items())],
                        "producer": PRODUCER, "schemaURL": OPENLINEAGE_SCHEMA})

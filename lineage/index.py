@@ -361,6 +361,11 @@ class Index:
         return [f"{r[0]}:v{r[1]}" for r in self.db.execute(
             "SELECT name, version FROM refs WHERE artifact=? ORDER BY name, version", (artifact,))]
 
+    def refs_of(self, artifact: str) -> list[sqlite3.Row]:
+        """The names and versions that point at `artifact`, oldest first."""
+        return self.db.execute("SELECT name, version, run, time FROM refs WHERE artifact=? ORDER BY time, name, version",
+                               (artifact,)).fetchall()
+
     def producer(self, artifact: str) -> list[sqlite3.Row]:
         return self.db.execute("SELECT run, role FROM edges WHERE artifact=? AND direction='out'", (artifact,)).fetchall()
 

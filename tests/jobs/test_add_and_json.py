@@ -62,7 +62,8 @@ def test_json_listings_have_stable_keys(added):
     assert all(set(a) == {"id", "kind", "size", "created", "names"} for a in arts)
     assert any(a["id"] == art and a["names"] == ["mine/corpus:v1"] for a in arts)
     runs = [json.loads(line) for line in run_jobs(root, "list", "--json").out.splitlines()]
-    assert runs and all(set(r) == {"id", "recipe", "stage", "state", "executor", "created"} for r in runs)
+    assert runs and all(set(r) == {"id", "recipe", "stage", "state", "executor", "created", "metrics", "duration_s",
+                                   "ended"} for r in runs)
 
 
 @pytest.mark.parametrize("args,says", [

@@ -195,9 +195,10 @@ def test_run_and_recipe_reports(store, tmp_path):
     graph = text[text.index('id="lineage"'):text.index('id="eval"')]
     assert graph.count('class="node"') == 6 and "reportchain/evaluate" in graph
     assert "train/val_accuracy" in text
-    # A recipe: the newest run of each stage, and no curves where no stage logged a series.
+    # A recipe: its newest consistent chain (here the newest run of each stage), and no curves where no
+    # stage logged a series.
     hostile = "</pre><script>alert(1)</script><img src=https://example.invalid/x>"
-    chain = run_jobs(store, "submit", "testchain", "--stage", "count", "--force", "count.steps=2",
+    chain = run_jobs(store, "submit", "testchain", "--stage", "count,double", "--force", "count.steps=2",
                      f"+count.note='{hostile}'", env=ENV)
     assert chain.code == 0, chain.err
     text = report(store, "testchain", tmp_path / "recipe.html")

@@ -6,6 +6,7 @@ code snapshot and the runtime bundle from the store."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import time
@@ -51,14 +52,21 @@ def submitted(out: str) -> dict[str, str]:
 
 
 def wait_all(store_path: Path, runs: dict[str, str], env: dict, deadline_s: float) -> dict:
+    """The runs' views once all are final (or at the deadline): the records, which the jobs write,
+    read every 2 s; `jobs status` (a process of its own; it folds what only Slurm saw, such as a
+    job cancelled for its dependency, into the records) every third time and before returning."""
     store = Store(store_path)
     end = time.monotonic() + deadline_s
+    polls = 0
     while True:
-        run_jobs(store_path, "status", env=env)   # folds Slurm's end of a job into the record
-        views = {stage: store.run(run) for stage, run in runs.items()}
-        if all(v.state in FINAL for v in views.values()) or time.monotonic() > end:
-            return views
-        time.sleep(3)
+        done = all(store.run(run).state in FINAL for run in runs.values()) or time.monotonic() > end
+        if done or polls % 3 == 0:
+            run_jobs(store_path, "status", env=env)
+            views = {stage: store.run(run) for stage, run in runs.items()}
+            if all(v.state in FINAL for v in views.values()) or time.monotonic() > end:
+                return views
+        polls += 1
+        time.sleep(2)
 
 
 def in_image(squashfs: Path, *cmd: str) -> subprocess.CompletedProcess:
@@ -191,17 +199,31 @@ def test_an_image_without_torch_is_refused_at_submit_and_fails_in_the_job_in_one
     assert "\n" not in view.reason and view.attempts[0]["python_executable"] == "/usr/bin/python3"
 
 
-#: nano3's stages that run on CPU in the dev image (eval needs vLLM, which the image does not carry).
+#: nano3's stages that run on CPU in the dev image; eval needs vLLM, which the image does not carry, and
+#: runs on the host, reading rl's model from the same store.
 NANO3 = ("prep_pretrain", "prep_sft", "prep_rl", "pretrain", "sft", "rm", "rl", "export")
 
 
-def test_nano3_toy_chain_runs_through_the_container_path(tmp_path, dev_image, slurm_cluster):
-    """nano3's images (nemo, nemo-rl) pinned, for this test, to the dev image: the same chain as
-    tests/slurm/test_nano3_chain.py, each stage started by runtime.bootstrap under ch-run."""
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_nano3_toy_chain_runs_through_the_container_path_and_each_stage_reads_its_upstreams_format(
+        tmp_path, dev_image, slurm_cluster):
+    """nano3's images (nemo, nemo-rl) pinned, for this test, to the dev image: nano3's whole chain at
+    toy scale on the dev cluster, each stage started by runtime.bootstrap under ch-run: prep_pretrain
+    on the recipe's two nodes (its Ray tasks on both write the tokens of a direct tokenization), the
+    other prep stages for real, the torch training stages reading nano3's prepared formats
+    (stages/formats.py), export; then eval on vLLM (CPU) on the host."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "stages"))
     import make
+    from test_prep import _direct_docs
+
+    from stages import formats
+    from stages.prep import indexed
 
     image, _ = dev_image
     src = tmp_path / "src"
@@ -209,21 +231,75 @@ def test_nano3_toy_chain_runs_through_the_container_path(tmp_path, dev_image, sl
     make.base_model(src)
     lock = tmp_path / "nano3.lock"
     lock.write_text("".join(f"{name}:\n  image: {image.image}\n  digest: {image.digest}\n" for name in ("nemo", "nemo-rl")))
+    ch = f"partition: debug, gpus_per_node: 0, cpus_per_task: 2, time: 30, container_runtime: charliecloud, container_dir: '{SQSH}'"
     (tmp_path / "profiles.yaml").write_text(
-        f"ch: {{partition: debug, nodes: 1, gpus_per_node: 0, cpus_per_task: 2, mem_gb: 4, time: 30, "
-        f"container_runtime: charliecloud, container_dir: '{SQSH}'}}\n")
+        # prep_pretrain on the recipe's nodes (two); the other stages on one node each: a profile sets
+        # nodes for every stage of a submission, and the non-Ray prep stages would run once per node.
+        f"ch2: {{{ch}, mem_gb: 2}}\n"
+        f"ch: {{{ch}, nodes: 1, mem_gb: 4}}\n"
+        "host: {partition: debug, containers: false, nodes: 1, gpus_per_node: 0, cpus_per_task: 2, mem_gb: 4, time: 30}\n")
     env = {"JOBS_PROFILES": str(tmp_path / "profiles.yaml"), "JOBS_CONTAINERS_LOCK": str(lock)}
     store_path = tmp_path / "store"
-    overrides = [o for o in make.chain_overrides(src) if not o.lstrip("+~").startswith("eval.")]
-    r = run_jobs(store_path, "submit", "nano3", "--stage", ",".join(NANO3), "--executor", "slurm", "--profile", "ch",
-                 "tracking.wandb=disabled", *overrides, env=env)
-    assert r.code == 0, r.out + r.err
-    runs = submitted(r.out)
-    assert sorted(runs) == sorted(NANO3)
-    views = wait_all(store_path, runs, env, deadline_s=1800)
+    chain = make.chain_overrides(src)
+    stage_of = [o.lstrip("+~").split(".")[0] for o in chain]
+
+    def submit(stages: tuple[str, ...], profile: str) -> dict[str, str]:
+        """The runs of these stages, submitted with the chain's overrides of them and of no other stage."""
+        r = run_jobs(store_path, "submit", "nano3", "--stage", ",".join(stages), "--executor", "slurm",
+                     "--profile", profile, "tracking.wandb=disabled",
+                     *[o for o, s in zip(chain, stage_of) if s in stages or s not in (*NANO3, "eval")], env=env)
+        assert r.code == 0, r.out + r.err
+        runs = submitted(r.out)
+        assert sorted(runs) == sorted(stages)
+        return runs
+
+    views = wait_all(store_path, submit(NANO3[:1], "ch2"), env, deadline_s=900)
+    assert views["prep_pretrain"].state == "SUCCEEDED", views["prep_pretrain"].reason
+    assert views["prep_pretrain"].attempts[0]["nodes"] == ["node1", "node2"]
+    assert views["prep_pretrain"].metrics["prep/ray_nodes"] == 2
+    direct = _direct_docs(src)
+    assert views["prep_pretrain"].metrics["prep/tokens"] == sum(len(d) for docs in direct.values() for d in docs)
+    views.update(wait_all(store_path, submit(NANO3[1:], "ch"), env, deadline_s=1800))
     assert {s: v.state for s, v in views.items()} == dict.fromkeys(NANO3, "SUCCEEDED"), \
         {s: (v.state, v.reason) for s, v in views.items() if v.state != "SUCCEEDED"}
     for stage, view in views.items():
         assert [a["image"] for a in view.attempts] == [image.reference], stage
         assert view.attempts[0]["python_executable"] == "/usr/bin/python3", stage
-    assert views["rl"].metrics["rl/grad_norm"] > 0
+
+    views.update(wait_all(store_path, submit(("eval",), "host"), env, deadline_s=900))
+    assert views["eval"].state == "SUCCEEDED", views["eval"].reason
+    assert views["eval"].inputs["model"] == views["rl"].outputs["model"] and "image" not in views["eval"].attempts[0]
+
+    store = Store(store_path)
+    m = {s: v.metrics for s, v in views.items()}
+
+    def output(stage: str, name: str) -> Path:
+        return Path(store.artifact(views[stage].outputs[name])["path"])
+
+    # pretrain read the Megatron shards of the blend: every document it packed is a shard's document.
+    blend = output("prep_pretrain", "blend")
+    prefixes = json.loads((blend / "blend.json").read_text())
+    shard_docs = {tuple(d.tolist()) for p in prefixes for d in indexed.read(blend / p)}
+    read_back = [tuple(x) for x in formats.blend_documents(blend)]
+    assert shard_docs and set(read_back) <= shard_docs
+    assert m["pretrain"]["pretrain/blocks"] == sum(len(d) for d in read_back) // 64
+    # sft trained on Bridge's training.jsonl, rm on prep_sft's pairs, rl on prep_rl's prompts.
+    assert m["sft"]["sft/pairs"] == len(_rows(output("prep_sft", "sft") / "training.jsonl"))
+    pairs = len(_rows(output("prep_sft", "prefs") / "train.jsonl"))
+    assert m["rm"]["rm/held_out_pairs"] == pairs - int(pairs * 0.75)
+    assert m["rl"]["rl/prompts"] == len(_rows(output("prep_rl", "prompts") / "train.jsonl"))
+    # rl's rewards came from rm's model and moved the policy (a group of equal rewards has no gradient).
+    assert m["rl"]["rl/zero_signal_groups"] < 4 and m["rl"]["rl/grad_norm"] > 0
+    # eval: pass@k from vLLM on prep_rl's eval set.
+    report = output("eval", "report")
+    results = json.loads((report / "results.json").read_text())
+    assert {"pass@1", "pass@4"} <= set(results) and all(0 <= results[k] <= 1 for k in ("pass@1", "pass@4"))
+    assert len(_rows(report / "samples.jsonl")) == len(_rows(output("prep_rl", "eval") / "test.jsonl"))
+    # export: the folder, written inside the image, loads in a fresh interpreter here and gives rl's
+    # model's logits.
+    check = ("import sys, torch; from transformers import AutoModelForCausalLM as M; "
+             "a, b = (M.from_pretrained(p) for p in sys.argv[1:]); x = torch.tensor([[1, 5, 9, 20]]); "
+             "assert torch.equal(a(x).logits, b(x).logits); print('ok')")
+    p = subprocess.run([sys.executable, "-c", check, str(output("export", "hf")), str(output("rl", "model"))],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]

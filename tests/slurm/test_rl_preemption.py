@@ -1,7 +1,8 @@
-"""A two-node GRPO job (Ray over node1 and node2) preempted with USR2 mid-way: it checkpoints,
-requeues under the same run ID with a new Ray cluster over the same nodes, resumes at the saved
-step, and registers the same artifact as the same job run without interruption. `jobs show` tells
-the story: two attempts, why the first ended, one W&B run."""
+"""The rl stage as a two-node Slurm job: Ray over node1 and node2, a rollout worker on each, the
+policy trained and registered, and no Ray process left when the job ends. The same job preempted
+with USR2 mid-way checkpoints, requeues under the same run ID with a new Ray cluster over the same
+nodes, resumes at the saved step, and registers the same artifact as the uninterrupted run.
+`jobs show` tells the story: two attempts, why the first ended, one W&B run."""
 import json
 import os
 import signal
@@ -39,7 +40,7 @@ def usr2_pending(pid: int) -> bool:
     return bool(pending >> (signal.SIGUSR2 - 1) & 1)
 
 
-def test_preempted_two_node_grpo_requeues_with_its_ray_cluster_and_ends_with_the_same_artifact(
+def test_two_node_grpo_spreads_rollout_workers_cleans_up_and_a_preempted_one_ends_with_the_same_artifact(
         tmp_path, upstream_store, slurm_cluster):
     store_path = upstream_store
     profiles = tmp_path / "profiles.yaml"
@@ -56,7 +57,15 @@ def test_preempted_two_node_grpo_requeues_with_its_ray_cluster_and_ends_with_the
     # The uninterrupted run.
     whole = wait(store_path, submit(), {"SUCCEEDED", "FAILED"}, deadline_s=900, env=env)
     assert whole.state == "SUCCEEDED", whole.reason
-    assert len(whole.attempts) == 1 and whole.metrics["rl/ray_nodes"] == 2
+    assert len(whole.attempts) == 1 and whole.attempts[0]["nodes"] == ["node1", "node2"]
+    assert whole.metrics["rl/ray_nodes"] == 2 and whole.metrics["rl/rollout_workers"] == 2
+    steps = [json.loads(line) for line in (store.run_dir(whole.id) / "metrics.jsonl").read_text().splitlines()
+             if "rl/step_time_s" in line]
+    assert [s["step"] for s in steps] == list(range(1, 9)) and all(s["rl/generated_tokens"] > 0 for s in steps)
+    model = Path(store.artifact(whole.outputs["model"])["path"])
+    assert (model / "model.safetensors").is_file() and store.artifact(whole.outputs["model"])["kind"] == "model"
+    slurm_cluster.final_state(whole.jobs[-1]["job_id"], deadline_s=90)
+    assert not ray_pids(f"/tmp/ray-{whole.jobs[-1]['job_id']}-")   # nothing of Ray outlives the job
 
     # The same job (--force: the record would reuse the first), preempted after two steps.
     run = submit("--force")

@@ -32,20 +32,24 @@ if not PY.exists():
         raise RuntimeError(f"{PY} is missing: dev/bridge_venv.sh must run before the tests in CI")
     pytest.skip(f"{PY} is missing: run dev/bridge_venv.sh to run the real-Bridge tests", allow_module_level=True)
 
+# One interpreter validates every rendered script given (SCRIPT WORLD_SIZE pairs), one JSON line each:
+# importing Bridge and megatron-core is most of the time a validation takes.
 VALIDATE = r"""
 import importlib.util, json, os, sys
 sys.path.insert(0, sys.argv[1])
 import bridge_cpu
-skipped = bridge_cpu.catch_skipped()
-spec = importlib.util.spec_from_file_location("bridge_train", sys.argv[2])
-script = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(script)          # __name__ != "__main__": only the definitions
-cfg = script.config()                    # Bridge's recipe + our overrides, applied by the rendered code
-for k, v in bridge_cpu.CPU_MOE.items():
+for path, world in zip(sys.argv[2::2], sys.argv[3::2]):
+  os.environ["WORLD_SIZE"] = world
+  skipped = bridge_cpu.catch_skipped()
+  spec = importlib.util.spec_from_file_location("bridge_train", path)
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)          # __name__ != "__main__": only the definitions
+  cfg = script.config()                    # Bridge's recipe + our overrides, applied by the rendered code
+  for k, v in bridge_cpu.CPU_MOE.items():
     setattr(cfg.model, k, v)
-cfg.validate()
-d = cfg.dataset
-print(json.dumps({
+  cfg.validate()
+  d = cfg.dataset
+  print(json.dumps({
     "skipped": skipped, "dataset": type(d).__name__,
     "mock": getattr(d, "mock", None), "blend": getattr(d, "blend", None),
     "blend_per_split": getattr(d, "blend_per_split", None), "dataset_root": str(getattr(d, "dataset_root", None)),
@@ -96,17 +100,24 @@ def rendered(tmp_path, stage, version="0.3.1"):
     return job, folder / "bridge_train.py", res["nodes"] * res["gpus_per_node"]
 
 
-def validate(script: Path, world: int) -> dict:
-    env = {**os.environ, "WORLD_SIZE": str(world), "RANK": "0", "LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": ""}
-    p = subprocess.run([str(PY), "-c", VALIDATE, str(HERE), str(script)], capture_output=True, text=True, env=env,
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    """nano3's pretrain and sft rendered and validated by Bridge, in one process: {stage: (folder, result)}."""
+    folders, args = {}, []
+    for stage in ("pretrain", "sft"):
+        folders[stage] = tmp_path_factory.mktemp(stage)
+        job, script, world = rendered(folders[stage], stage)
+        args += [str(script), str(world)]
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run([str(PY), "-c", VALIDATE, str(HERE), *args], capture_output=True, text=True, env=env,
                        timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")][-2:]
+    return {stage: (folders[stage], json.loads(line)) for stage, line in zip(folders, lines)}
 
 
-def test_pretrain_overrides_validate_in_the_real_bridge_with_the_blend_and_no_mock_data(tmp_path):
-    job, script, world = rendered(tmp_path, "pretrain")
-    out = validate(script, world)
+def test_pretrain_overrides_validate_in_the_real_bridge_with_the_blend_and_no_mock_data(validated):
+    tmp_path, out = validated["pretrain"]
     assert out["skipped"] == []
     assert out["dataset"] == "GPTDatasetConfig" and out["mock"] is False and out["blend"] is None
     assert out["blend_per_split"][0] == [[str(tmp_path / "corpus" / "math/train_00000"), str(tmp_path / "corpus" / "web/train_00000")],
@@ -115,9 +126,8 @@ def test_pretrain_overrides_validate_in_the_real_bridge_with_the_blend_and_no_mo
     assert out["lr"] == 1e-4 and out["eval_interval"] == 500 and out["load"].endswith("checkpoints/megatron")
 
 
-def test_sft_overrides_validate_with_our_finetuning_dataset_not_squad(tmp_path):
-    job, script, world = rendered(tmp_path, "sft")
-    out = validate(script, world)
+def test_sft_overrides_validate_with_our_finetuning_dataset_not_squad(validated):
+    tmp_path, out = validated["sft"]
     assert out["skipped"] == []
     assert out["dataset"] == "FinetuningDatasetConfig" and out["dataset_name"] is None
     assert out["dataset_root"] == str(tmp_path / "sft_data") and out["packed"] == "PackedSequenceSpecs"
