@@ -89,11 +89,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     req = Request(recipe=args.recipe, stages=stages, overrides=args.overrides, inputs=args.input,
                   executor=args.executor, profile=args.profile, store=args.store, dry_run=args.dry_run,
                   force=args.force, allow_unpinned=args.allow_unpinned)
+    if args.sweep or args.max_parallel is not None:
+        from jobs import sweep
+        if not args.sweep:
+            raise ExecutorError("--max-parallel limits a sweep: give --sweep KEY=V1,V2 too")
+        return 0 if sweep.submit(req, args.sweep, args.max_parallel)[2] else 1
     return 0 if submit(req) else 1
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from jobs import status
+    if args.run and args.run.startswith("swp_"):
+        from jobs import sweep
+        print("\n".join(sweep.status(open_store(args), args.run, args.json)))
+        return 0
     print("\n".join(status.table(open_store(args), args.run, args.all, args.limit, args.json)))
     return 0
 
@@ -111,6 +120,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from jobs import status
+    if args.run.startswith("swp_"):
+        from jobs import sweep
+        print("\n".join(sweep.cancel(open_store(args), args.run)))
+        return 0
     print(status.cancel_run(open_store(args), args.run))
     return 0
 
@@ -137,9 +150,24 @@ def cmd_list(args: argparse.Namespace) -> int:
     check_limit(args.limit)
     store = open_store(args)
     check_runs_filter(store.index(), args.recipe, args.stage)
+    if args.sweep is not None:
+        from jobs import sweep
+        if args.sweep == "":
+            print("\n".join(sweep.sweeps_table(store)))
+        else:
+            show.print_runs(sweep.run_rows(store, args.sweep), args.json, store=store, metric=args.metric)
+        return 0
     show.print_runs(store.index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json,
                     store=store, metric=args.metric)
     return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    if len(args.runs) == 1 and args.runs[0].startswith("swp_"):   # a sweep: its grid, the best point marked
+        from jobs import sweep
+        return sweep.compare_command(open_store(args), args.runs[0], args.metric[-1] if args.metric else None, args.json)
+    from jobs import compare
+    return compare.command(open_store(args), args.runs, args.stage, args.metric, args.limit, args.json)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -219,6 +247,10 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from jobs import report
+    if args.id.startswith("swp_"):
+        from jobs import sweep
+        print(sweep.report(open_store(args), args.id, Path(args.out).expanduser() if args.out else None))
+        return 0
     print(report.write(open_store(args), args.id, Path(args.out).expanduser() if args.out else None))
     return 0
 
@@ -249,7 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
             a("--allow-unpinned", **flag, help="accept container images not pinned by digest"),
             a("--force", **flag, help="run even if an identical run already succeeded"),
             a("--input", action="append", default=[], metavar="ROLE=ART",
-              help="use this artifact (art_… or NAME:latest|vN) for an input role; STAGE.ROLE=… for one stage"),
+              help="use this artifact (art_… or NAME:latest|vN, or SWEEP:best[METRIC]) for an input role; STAGE.ROLE=… for one stage"),
+            a("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+              help="run the stage over these values (also range(a,b), choice(a,b)); several: their grid"),
+            a("--max-parallel", type=int, metavar="N", help="with --sweep: at most N points at once (Slurm: array %%N)"),
             a("overrides", nargs="*", help="Hydra overrides: sft.lr=1e-4 +x.y=1 ~x"))
     command("status", cmd_status, "runs not yet ended (or one run), joined with squeue/sacct",
             a("run", nargs="?"), a("--all", **flag, help="ended runs too"), a("--limit", type=int, default=200), as_json)
@@ -259,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("cancel", cmd_cancel, "cancel a run (scancel on Slurm)", a("run"))
     command("list", cmd_list, "runs, newest first, with how long each ran", a("--recipe"), a("--stage"),
             a("--limit", type=int, default=50), a("--metric", help="add a column: this metric's last value (e.g. eval/exact_match)"),
-            as_json)
+            as_json, a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"))
     command("show", cmd_show, "a run's or an artifact's record",
             a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json)
     command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json)
@@ -276,8 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     command("diff", cmd_diff, "how two runs differ: config, code, environment, image, inputs, outputs, metrics (exit 1 when they do)",
             a("a"), a("b"))
     command("compare", cmd_compare,
-            "a table of runs: the config keys that differ between them, and their metrics",
-            a("runs", nargs="+", metavar="RUN|RECIPE", help="two or more run IDs (or prefixes), or a recipe: its newest runs"),
+            "a table of runs: the config keys that differ between them, and their metrics; a sweep's grid and best point",
+            a("runs", nargs="+", metavar="RUN|RECIPE|SWEEP",
+              help="two or more run IDs (or prefixes), a recipe: its newest runs, or a sweep (swp_…): every point"),
             a("--stage", help="with a RECIPE: only this stage's runs"),
             a("--metric", action="append", help="only these metrics (repeat the flag); default: every metric but timings"),
             a("--limit", type=int, default=20, help="with a RECIPE: its newest N runs (default 20)"), as_json)

@@ -65,13 +65,13 @@ def table(store, run_ids: list[str], metrics: list[str] | None = None) -> dict:
     by_stage: dict[str, list] = {}
     for r in run_ids:
         view = store.run(r)
-        by_stage.setdefault(f"{view.spec['recipe']}/{view.spec['stage']}", []).append(view)
+        by_stage.setdefault(f"{view.spec.recipe}/{view.spec.stage}", []).append(view)
     summaries = [v.metrics for views in by_stage.values() for v in views]
     for name in metrics or []:
         check_known(name, summaries)
     out = {}
     for stage, views in by_stage.items():
-        flat = {v.id: flatten(v.spec["config"]) for v in views}
+        flat = {v.id: flatten(v.spec.config) for v in views}
         keys = sorted({k for f in flat.values() for k in f})
         differing = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat.values()}) > 1]
         names = metrics or sorted({k for v in views for k in v.metrics if not timing(k)})

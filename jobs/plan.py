@@ -179,6 +179,10 @@ def _check_explicit_roles(explicit: dict[str, str], selected: list) -> None:
 
 
 def _resolve(store: Store, text: str, inp: recipes.RecipeInput) -> str:
+    if text.startswith("swp_"):   # SWEEP:best[METRIC]: the best point's output (jobs/sweep.py)
+        from jobs.sweep import best_input
+
+        return best_input(store, text, inp.kind)
     art_id = store.resolve_artifact(text)
     kind = store.artifact(art_id).get("kind")
     if kind != inp.kind:

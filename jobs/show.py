@@ -112,8 +112,10 @@ def print_run(store, idx, run_id: str) -> None:
             print(f"bundle    {bundle}  {pkgs}")
     if s.run_key:
         print(f"run_key   {s.run_key}")
+    if s.sweep:
+        print(f"sweep     {_sweep_point(s.sweep)}")
     for role, art in sorted(v.inputs.items()):
-        print(f"input     {role:<10} {art}")
+        print(f"input     {role:<10} {art}" + _from_sweep(store, art))
     for role, ref in sorted(s.pending_inputs.items()):
         if role not in v.inputs:
             print(f"input     {role:<10} (from run {ref['run']} output {ref['output']}, when it starts)")
@@ -138,6 +140,22 @@ def print_run(store, idx, run_id: str) -> None:
         print(f"drift     {what}: recorded {d.get('recorded')}, ran {ran}"
               + (f" ({'; '.join(d['changes'][:5])})" if d.get("changes") else ""))
     print("config    " + json.dumps(s.config, sort_keys=True))
+
+
+def _sweep_point(sw: dict) -> str:
+    return f"{sw['id']} point {sw['point']} ({' '.join(f'{k}={x}' for k, x in sw['values'].items())})"
+
+
+def _from_sweep(store, art: str) -> str:
+    """'  (from sweep … point …)' when the input was made by a sweep's point."""
+    from lineage.errors import LineageError
+
+    try:
+        producer = store.artifact(art).get("producer")
+        sw = store.run_spec(producer).sweep if producer else None
+    except (LineageError, OSError, ValueError):
+        return ""
+    return f"  (from sweep {_sweep_point(sw)})" if sw else ""
 
 
 def _num(x) -> str:

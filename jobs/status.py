@@ -58,14 +58,15 @@ def query(job_ids: list[str]) -> dict[str, Live]:
         return {}
     live: dict[str, Live] = {}
     ids = ",".join(job_ids)
-    sq = subprocess.run(["squeue", "-h", "-j", ids, "-o", "%i|%T|%r|%S"], capture_output=True, text=True)
+    # -r: one line per array task (a sweep's point is job "<array>_<task>"), never "<array>_[0-5%2]".
+    sq = subprocess.run(["squeue", "-h", "-r", "-j", ids, "-o", "%i|%T|%r|%S"], capture_output=True, text=True)
     for line in sq.stdout.splitlines():
         jid, state, reason, start = (line.split("|") + ["", "", ""])[:4]
         live[jid] = Live(state, "" if reason in ("None", "(null)") else reason,
                          start="" if start in ("N/A", "Unknown", "(null)", "None") else start)
     rest = [j for j in job_ids if j not in live]
     if rest:
-        sa = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(rest), "-o", "JobIDRaw,State,ExitCode,Reason"],
+        sa = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(rest), "-o", "JobID,State,ExitCode,Reason"],
                             capture_output=True, text=True)
         for line in sa.stdout.splitlines():
             jid, state, code, reason = (line.split("|") + ["", "", ""])[:4]
@@ -114,6 +115,7 @@ PENDING_WORDS = {
     "ReqNodeNotAvail": "a requested node is not available", "JobHeldUser": "held (scontrol release)",
     "JobHeldAdmin": "held by an administrator", "PartitionDown": "its partition is down",
     "QOSMaxJobsPerUserLimit": "the QOS allows no more running jobs for this user",
+    "JobArrayTaskLimit": "its sweep's --max-parallel points are running",
 }
 METRICS_TAIL = 64 << 10   # bytes read from the end of metrics.jsonl
 
@@ -248,8 +250,9 @@ def current_job(view: RunView) -> tuple[str | None, int]:
     """(job ID, attempt number) of the run's current attempt: the last one started, else the last
     job submitted (attempt 0: not started yet)."""
     started = [a for a in view.attempts if a.get("start") and a.get("job_id")]
-    if started:
-        return str(started[-1]["job_id"]), started[-1]["attempt"]
+    if started:   # an array task's files are named by its "<array>_<task>" ID, not SLURM_JOB_ID
+        array = view.jobs[-1]["job_id"] if view.jobs and view.jobs[-1].get("array") else None
+        return str(array or started[-1]["job_id"]), started[-1]["attempt"]
     return (str(view.jobs[-1]["job_id"]) if view.jobs else None), 0
 
 
@@ -271,6 +274,9 @@ def follow_logs(store: Store, run_id: str, task: int = 0, follow: bool = False,
     Returns the number of bytes printed. JobsError when there is nothing to show and not following.
     """
     folder = RunDir(store.run_dir(run_id)).logs
+    jobs = store.run(run_id).jobs
+    if jobs and jobs[-1].get("sweep") and jobs[-1].get("folder"):   # a sweep's tasks share its folder
+        folder = Path(jobs[-1]["folder"])
     shown, offsets, printed, asked = None, {}, 0, 0.0
     while True:
         view = lost(store.run(run_id))   # a LOST run never ends: stop following it

@@ -356,6 +356,39 @@ class SlurmExecutor:
                  + (f" (after {', '.join(ups)})" if ups else ""))
         return True
 
+    def launch_array(self, store: Store, run_ids: list[str], prepared: list[Prepared], folder: Path,
+                     max_parallel: int | None, sweep: str, echo: Callable[[str], None] = print) -> list[str]:
+        """Submit independent recorded runs of one stage (a sweep's points) as one job array per
+        distinct set of parameters (submitit's batch), at most `max_parallel` of it running at once
+        (`--array=0-N%max_parallel`); every task's output goes to `folder`. Returns the array job IDs."""
+        import submitit
+
+        if any(p.image is not None for p in prepared):
+            store.folder("runtime")
+            bundles.store(self.bundle or bundles.collect(), store.root)
+        groups: dict[str, list[int]] = {}
+        for i, prep in enumerate(prepared):
+            groups.setdefault(repr((sorted(prep.params.items()), prep.python or python_for(prep.image))), []).append(i)
+        arrays = []
+        for members in groups.values():
+            prep = prepared[members[0]]
+            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image))
+            executor.update_parameters(**prep.params, array_parallelism=max_parallel or len(members))
+            with executor.batch():
+                jobs = [executor.submit(StageJob(str(store.root), run_ids[i])) for i in members]
+            array = jobs[0].job_id.split("_")[0]
+            arrays.append(array)
+            for i, job in zip(members, jobs):
+                store.add_event(run_ids[i], "job", executor="slurm", job_id=job.job_id, folder=str(folder),
+                                image=prep.image.reference if prep.image else None,
+                                array=array if len(jobs) > 1 else None, sweep=sweep)
+            limit = f" %{min(max_parallel or len(jobs), len(jobs))}" if len(jobs) > 1 else ""
+            echo(f"sweep {sweep}: {len(jobs)} run(s) submitted as Slurm {'array ' if len(jobs) > 1 else ''}job "
+                 f"{array}{limit}")
+            for i, job in zip(members, jobs):
+                echo(f"{run_ids[i]}  {store.run_spec(run_ids[i]).stage:<9} Slurm job {job.job_id}")
+        return arrays
+
 
 def job(stage: dict, profile: profiles.Profile, store_root: Path, image: containers.Image | None,
         where: InImage | None) -> tuple[dict, str]:

@@ -1,0 +1,484 @@
+"""Sweeps: one stage's config over a grid, every point an ordinary run with its own record.
+
+`jobs submit RECIPE --stage S --sweep KEY=V1,V2 [--sweep KEY2=range(1,4)]` takes Hydra's sweep
+grammar (comma lists, `range()`, `choice()`) and plans the grid of every combination. The inputs,
+code snapshot and environment are settled once for all points; each point's config is composed and
+checked like a single run's, so one bad value refuses the whole sweep before anything is written.
+Points whose identical run already succeeded are reused (the run cache), points still queued or
+running from an earlier submission of the same sweep are left alone, and the rest run: on Slurm
+as one job array (`--max-parallel N` -> `%N`), here one after another (or N at a time).
+The sweep's record lives in lineage/sweeps.py; `status`, `list --sweep`, `compare`, `report` and
+`cancel` take a sweep ID, and `--input ROLE=SWEEP:best[METRIC]` feeds the best point's output on.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from jobs.errors import InputError, JobsError, RecipeError
+from lineage.states import TERMINAL, RunState
+
+# Metric names where more is better; any other (a loss) ranks lowest first.
+HIGHER = re.compile(r"acc|exact|match|pass@|reward|score|f1|win", re.I)
+
+
+@dataclass(frozen=True)
+class Axis:
+    key: str             # as the override spells it (with a leading + or ++ when it adds a key)
+    values: list[str]
+
+
+def parse(specs: list[str]) -> list[Axis]:
+    """--sweep KEY=V1,V2 | KEY=range(a,b[,step]) | KEY=choice(a,b): Hydra's discrete sweeps."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    axes: list[Axis] = []
+    for text in specs:
+        try:
+            ov = OverridesParser.create().parse_overrides([text])[0]
+        except HydraException as e:
+            raise RecipeError(f"bad --sweep {text!r}: {' '.join(str(e).split())}") from None
+        if ov.is_delete():
+            raise RecipeError(f"bad --sweep {text!r}: a sweep sets values; ~KEY deletes one")
+        if ov.is_sweep_override() and not ov.is_discrete_sweep():
+            raise RecipeError(f"bad --sweep {text!r}: interval() has no points to run; give values, range() or choice()")
+        values = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else [ov.get_value_element_as_str()]
+        key = ov.get_key_element()
+        if any(a.key.lstrip("+") == key.lstrip("+") for a in axes):
+            raise RecipeError(f"--sweep {ov.key_or_group} is given twice: put every value in one --sweep")
+        if len(set(values)) != len(values):
+            raise RecipeError(f"bad --sweep {text!r}: a value is repeated")
+        axes.append(Axis(key, values))
+    return axes
+
+
+def grid(axes: list[Axis]) -> list[dict[str, str]]:
+    """Every combination, the last axis varying fastest: [{key: value}, …]."""
+    return [dict(zip([a.key for a in axes], combo)) for combo in itertools.product(*[a.values for a in axes])]
+
+
+def said(point: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in point.items())
+
+
+def _said(view, point: dict) -> str:
+    """A recorded point's values in the order of the sweep's keys (records keep keys sorted)."""
+    return said({k: point["values"].get(k) for k in view.keys})
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    plan: "object"          # jobs.plan.Plan: recipe, executor, code and environment, the first point's stage
+    axes: list[Axis]
+    points: list[dict[str, str]]
+    stages: list          # one jobs.plan.StagePlan per point
+
+
+def make(store, recipe_name: str, stage: str, axes: list[Axis], overrides: list[str], inputs: list[str],
+         executor: str) -> SweepPlan:
+    """Plan every point; inputs, code and environment are resolved once (from the first point's plan)."""
+    from jobs import recipes
+    from jobs.plan import _check_config, make_plan
+
+    recipe = recipes.load(recipe_name)
+    selected = recipe.select(stage)
+    if len(selected) != 1:
+        raise RecipeError(f"--sweep runs one stage; --stage {stage!r} selects {len(selected)} "
+                          f"({', '.join(s.name for s in selected) or 'none'})")
+    spec = selected[0]
+    swept = {a.key.lstrip("+") for a in axes}
+    for text in overrides:
+        key = text.split("=", 1)[0].lstrip("+~")
+        if key in swept:
+            raise RecipeError(f"{key} is both swept (--sweep) and set ({text}): keep one")
+    points = grid(axes)
+
+    def point_error(point: dict, e: JobsError) -> JobsError:
+        return RecipeError(f"sweep point {said(point)}: {e}; nothing was submitted")
+
+    extra = [f"{k}={v}" for k, v in points[0].items()]
+    try:
+        plan = make_plan(store, recipe.name, spec.name, overrides=[*overrides, *extra], inputs=inputs, executor=executor)
+    except RecipeError as e:
+        raise point_error(points[0], e) from None
+    stages = [plan.stages[0]]
+    for point in points[1:]:
+        try:
+            routed = recipes.split_overrides([*overrides, *(f"{k}={v}" for k, v in point.items())], [spec.name])
+            config = recipes.compose(recipe, spec.name, routed[spec.name])
+            _check_config(recipe.name, spec, config)
+        except RecipeError as e:
+            raise point_error(point, e) from None
+        stages.append(replace(plan.stages[0], config=config))
+    return SweepPlan(plan=plan, axes=axes, points=points, stages=stages)
+
+
+def _one(plan, sp):
+    return replace(plan, stages=[sp])
+
+
+def _needs(sp) -> tuple:
+    """What of a point's config the executor's checks depend on (the modules its image must have)."""
+    from dataclasses import asdict
+
+    from runtime.image import needs
+
+    return tuple(needs(asdict(sp)))
+
+
+def submit(req, sweeps: list[str], max_parallel: int | None = None,
+           echo: Callable[[str], None] = print) -> tuple[str | None, list[str], bool]:
+    """Plan, check, record and launch a sweep. (sweep ID, the runs recorded now, every local run succeeded)."""
+    from jobs import executors, profiles
+    from jobs.plan import run_spec, verify_inputs
+    from jobs.provenance import CodeChanged, store_snapshot
+    from jobs.submit import store_root
+    from lineage import Store
+    from lineage import sweeps as records
+
+    if max_parallel is not None and max_parallel < 1:
+        raise JobsError(f"--max-parallel must be at least 1 (got {max_parallel})")
+    axes = parse(sweeps)
+    profile = profiles.load(req.profile) if req.executor == "slurm" or req.profile else None
+    store = Store(store_root(req.store, profile))
+    executor = executors.get(req.executor, profile, allow_unpinned=req.allow_unpinned)
+    for tries in (1, 2, 3):
+        sw = make(store, req.recipe, req.stages, axes, req.overrides, req.inputs, req.executor)
+        plan = sw.plan
+        profiles.check_resources(plan.stages[0].resources, f"{plan.recipe}/{plan.stages[0].stage} in recipe.yaml")
+        verify_inputs(store, plan)
+        if req.dry_run:
+            echo(f"# sweep of {len(sw.points)} point(s) of {plan.recipe}/{plan.stages[0].stage}"
+                 + (f", one Slurm job array %{min(max_parallel or len(sw.points), len(sw.points))}"
+                    if req.executor == "slurm" else ", one after another"))
+            echo("\n".join(f"#   point {i}: {said(p)}" for i, p in enumerate(sw.points)))
+            echo(executor.dry_run(store.root, plan))
+            return None, [], True
+        # The executor checks one point per distinct set of needs (resources and image are the stage's).
+        groups: dict[tuple, int] = {}
+        for i, sp in enumerate(sw.stages):
+            groups.setdefault(_needs(sp), i)
+        reps = sorted(set(groups.values()))
+        prepared_of = dict(zip(reps, executor.prepare(store.root, replace(plan, stages=[sw.stages[i] for i in reps]))))
+        prepared = [prepared_of[groups[_needs(sp)]] for sp in sw.stages]
+        store = Store.open(store.root, create=True)
+        store.ensure_writable()
+        try:
+            store_snapshot(store, plan.code)
+            break
+        except CodeChanged:
+            if tries == 3:
+                raise
+
+    specs = [run_spec(_one(plan, sp), 0, [p.record], dict(sp.inputs), {}) for sp, p in zip(sw.stages, prepared)]
+    keys = [s.key() for s in specs]
+    sweep_id = records.make_id(keys)
+    standing = _standing(store, sweep_id)
+    idx = store.index()
+    runs: dict[int, str] = {}
+    todo: list[int] = []
+    for i, key in enumerate(keys):
+        if not req.force:
+            hit = _cached(store, idx, key)
+            if hit:
+                runs[i] = hit
+                echo(f"{hit}  point {i} reused: an identical run already succeeded ({said(sw.points[i])})")
+                continue
+            if standing.get(i):
+                runs[i] = standing[i]
+                echo(f"{standing[i]}  point {i} still {store.run(standing[i]).state} from an earlier submission "
+                     f"({said(sw.points[i])})")
+                continue
+        todo.append(i)
+    records.write(store, sweep_id, {
+        "recipe": plan.recipe, "stage": plan.stages[0].stage, "keys": [a.key for a in axes],
+        "overrides": list(req.overrides), "executor": req.executor,
+        "points": [{"values": p, "run_key": k} for p, k in zip(sw.points, keys)]})
+    for i in todo:
+        runs[i] = store.create_run(specs[i].with_(
+            run_key=keys[i], sweep={"id": sweep_id, "point": i, "values": sw.points[i]}))
+    records.add_submission(store, sweep_id, runs, recorded=[runs[i] for i in todo], max_parallel=max_parallel)
+    new = [runs[i] for i in todo]
+    echo(f"sweep {sweep_id}: {len(sw.points)} point(s), {len(new)} to run, {len(sw.points) - len(new)} reused "
+         f"or still running; recorded {len(new)} run(s) in {store.root}")
+    if not new:
+        return sweep_id, [], True
+    from jobs.submit import _code_on_path
+
+    with _code_on_path(plan.code.get("root")):
+        if req.executor == "slurm":
+            executor.launch_array(store, new, [prepared[i] for i in todo], store.folder(f"sweeps/{sweep_id}"),
+                                  max_parallel, sweep_id, echo=echo)
+            return sweep_id, new, True
+        # Independent points: one failing does not stop the others; --max-parallel N runs N at once.
+        def one(i: int) -> bool:
+            return executor.launch(store, [runs[i]], [prepared[i]], echo=echo)
+
+        if (max_parallel or 1) > 1 and len(todo) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_parallel) as pool:
+                return sweep_id, new, all(list(pool.map(one, todo)))
+        return sweep_id, new, all([one(i) for i in todo])
+
+
+def _cached(store, idx, key: str) -> str | None:
+    """A SUCCEEDED run with this run key whose outputs still verify."""
+    from lineage.errors import LineageError
+
+    for candidate in idx.runs_with_key(key):
+        try:
+            for art in store.run(candidate).outputs.values():
+                store.verify(art)
+        except LineageError:
+            continue
+        return candidate
+    return None
+
+
+def _standing(store, sweep_id: str) -> dict[int, str]:
+    """Points of an earlier submission of this sweep still queued or running (checked with Slurm)."""
+    from jobs.status import statuses
+    from lineage import sweeps as records
+    from lineage.errors import NotFound
+
+    try:
+        view = records.read(store, sweep_id)
+    except NotFound:
+        return {}
+    ids = [r for r in view.runs if r]
+    alive = {v.id for v, _ in statuses(store, ids) if v.state not in TERMINAL and v.state != RunState.LOST}
+    return {i: r for i, r in enumerate(view.runs) if r in alive}
+
+
+# ---- queries on a sweep ---------------------------------------------------------------------------
+
+
+def _view(store, text: str):
+    from lineage import sweeps as records
+
+    return records.read(store, records.resolve(store, text))
+
+
+def _metric_of(view, runs, metric: str | None) -> tuple[str, bool]:
+    """The metric that ranks the points, and whether higher is better: the one asked for, else the
+    stage's loss (`<stage>/loss`), else the first numeric metric the points logged."""
+    seen = sorted({k for r in runs if r is not None for k, v in r.metrics.items() if _num(v)})
+    if metric is None:
+        for want in (f"{view.stage}/loss",):
+            if want in seen:
+                metric = want
+        metric = metric or next((k for k in seen if k.endswith("/loss")), None) or (seen[0] if seen else None)
+        if metric is None:
+            raise JobsError(f"sweep {view.id}: no point has recorded a metric yet")
+    elif seen and metric not in seen:
+        raise JobsError(f"sweep {view.id}: no point recorded metric {metric!r} (metrics: {', '.join(seen)})")
+    return metric, bool(HIGHER.search(metric))
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def ranked(store, text: str, metric: str | None = None):
+    """(sweep view, per point its RunView or None, metric, higher_is_better, index of the best point or None)."""
+    view = _view(store, text)
+    runs = [store.run(r) if r else None for r in view.runs]
+    metric, higher = _metric_of(view, runs, metric)
+    scored = [(r.metrics[metric], i) for i, r in enumerate(runs)
+              if r is not None and r.state == RunState.SUCCEEDED and _num(r.metrics.get(metric))]
+    best = (max(scored) if higher else min(scored))[1] if scored else None
+    return view, runs, metric, higher, best
+
+
+def compare(store, ident: str, metric: str | None = None, as_json: bool = False) -> list[str]:
+    """`jobs compare SWEEP`: the grid, each point's state and metric, the best marked with *."""
+    import json
+
+    view, runs, metric, higher, best = ranked(store, ident, metric)
+    if as_json:
+        return [json.dumps({"point": i, "values": p["values"], "run": r.id if r else None,
+                            "state": r.state if r else None, "metric": metric,
+                            "value": r.metrics.get(metric) if r else None, "best": i == best}, sort_keys=True)
+                for i, (p, r) in enumerate(zip(view.points, runs))]
+    widths = [max(len(k), *(len(str(p["values"].get(k, ""))) for p in view.points)) for k in view.keys]
+    head = "  ".join(f"{k:<{w}}" for k, w in zip(view.keys, widths))
+    lines = [f"sweep {view.id}: {view.recipe}/{view.stage}, {len(view.points)} points, "
+             f"{metric} ({'higher' if higher else 'lower'} is better)",
+             f"   POINT  {head}  {'STATE':<10} {metric:>14}  RUN"]
+    for i, (p, r) in enumerate(zip(view.points, runs)):
+        value = r.metrics.get(metric) if r else None
+        shown = f"{value:.6g}" if _num(value) else "-"
+        cells = "  ".join(f"{str(p['values'].get(k, '')):<{w}}" for k, w in zip(view.keys, widths))
+        lines.append(f"{'*' if i == best else ' '}  {i:>5}  {cells}  {(r.state if r else '-'):<10} {shown:>14}  "
+                     f"{r.id if r else '-'}")
+    if best is not None:
+        lines.append(f"best: point {best} ({_said(view, view.points[best])}), {metric} "
+                     f"{runs[best].metrics[metric]:.6g}, run {runs[best].id}")
+    return lines
+
+
+def status(store, ident: str, as_json: bool = False) -> list[str]:
+    """`jobs status SWEEP`: a count per state, then each point with its run as `jobs status` shows it."""
+    import json
+    from collections import Counter
+    from dataclasses import asdict
+
+    from jobs.status import format_rows, rows
+
+    view = _view(store, ident)
+    ids = [r for r in view.runs if r]
+    by_run = {row.run: row for row in rows(store, ids)}
+    if as_json:
+        return [json.dumps({"point": i, "values": p["values"], **(asdict(by_run[r]) if r else {"run": None})},
+                           sort_keys=True) for i, (p, r) in enumerate(zip(view.points, view.runs))]
+    counts = Counter(by_run[r].state if r else "NOT RECORDED" for r in view.runs)
+    lines = [f"sweep {view.id}: {view.recipe}/{view.stage}, {len(view.points)} points: "
+             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+    table = format_rows([by_run[r] for r in view.runs if r])
+    shown = [_said(view, p) for p in view.points]
+    width = max(len("VALUES"), *(len(x) for x in shown))
+    lines.append(f"POINT  {'VALUES':<{width}}  {table[0]}")
+    at = iter(table[1:])
+    for i, r in enumerate(view.runs):
+        lines.append(f"{i:>5}  {shown[i]:<{width}}  {next(at) if r else '(not recorded)'}")
+    return lines
+
+
+def run_rows(store, ident: str) -> list:
+    """`jobs list --sweep SWEEP`: the index rows of the runs standing for the points, newest first."""
+    view = _view(store, ident)
+    idx = store.index()
+    rows = [idx.run_row(r) for r in dict.fromkeys(r for r in view.runs if r)]
+    return sorted((r for r in rows if r is not None), key=lambda r: r["id"], reverse=True)
+
+
+def sweeps_table(store) -> list[str]:
+    """`jobs list --sweep` without an ID: every sweep, newest first."""
+    from lineage import sweeps as records
+
+    lines = [f"{'SWEEP':<20}  {'RECIPE':<8} {'STAGE':<9} POINTS  KEYS"]
+    for sid in reversed(records.all_ids(store)):
+        v = records.read(store, sid)
+        lines.append(f"{sid:<20}  {v.recipe:<8} {v.stage:<9} {len(v.points):>6}  {', '.join(v.keys)}")
+    return lines
+
+
+def cancel(store, ident: str) -> list[str]:
+    """`jobs cancel SWEEP`: every point not yet ended; a Slurm array is cancelled as a whole."""
+    import subprocess
+
+    from jobs.status import cancel as cancel_one, slurm_job
+
+    view = _view(store, ident)
+    store.ensure_writable()
+    lines, arrays = [], set()
+    for r in view.runs:
+        run = store.run(r) if r else None
+        if run is None or run.state in TERMINAL:
+            continue
+        job = slurm_job(run)
+        array = next((j.get("array") for j in reversed(run.jobs) if j.get("array")), None)
+        if job and array:
+            store.add_event(run.id, "status", state=RunState.CANCELLED, reason="cancelled by user (its sweep)")
+            arrays.add(str(array))
+            lines.append(f"{run.id} cancelled (array job {array})")
+        else:
+            lines.append(f"{run.id} cancelled ({cancel_one(store, run)})")
+    for array in sorted(arrays):
+        subprocess.run(["scancel", array], check=True, capture_output=True)
+    if not lines:
+        raise JobsError(f"sweep {view.id}: every point already ended; nothing cancelled")
+    return lines + ([f"scancel {' '.join(sorted(arrays))}"] if arrays else [])
+
+
+def report(store, ident: str, out, metric: str | None = None):
+    """`jobs report SWEEP`: one HTML file, the metric against the swept values (one line per value of
+    the other keys) and the compare table."""
+    import html
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jobs.report import _fig_svg, _page, inline_svg
+
+    view, runs, metric, higher, best = ranked(store, ident, metric)
+    x_key, others = view.keys[0], view.keys[1:]
+    series: dict[str, list[tuple]] = {}
+    for i, (p, r) in enumerate(zip(view.points, runs)):
+        if r is None or not _num(r.metrics.get(metric)):
+            continue
+        label = said({k: p["values"][k] for k in others}) or metric
+        series.setdefault(label, []).append((p["values"][x_key], r.metrics[metric], i == best))
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    xs = list(dict.fromkeys(p["values"][x_key] for p in view.points))
+    numeric = all(_float(x) is not None for x in xs)
+    for label, pts in series.items():
+        pos = [_float(x) if numeric else xs.index(x) for x, _, _ in pts]
+        ax.plot(pos, [y for _, y, _ in pts], marker="o", label=label)
+        for (x, y, is_best), px in zip(pts, pos):
+            if is_best:
+                ax.plot([px], [y], marker="*", markersize=16, color="black", linestyle="none", label="best")
+    if not numeric:
+        ax.set_xticks(range(len(xs)), xs)
+    elif len(xs) > 2 and min(_float(x) for x in xs) > 0 and max(_float(x) for x in xs) / min(_float(x) for x in xs) >= 100:
+        ax.set_xscale("log")
+    ax.set_xlabel(x_key)
+    ax.set_ylabel(metric)
+    ax.legend(fontsize="small")
+    ax.set_title(f"sweep {view.id}: {view.recipe}/{view.stage}")
+    fig.tight_layout()
+    svg = _fig_svg(fig)
+    plt.close(fig)
+    table = "\n".join(compare(store, view.id, metric))
+    body = (f"<h1>sweep {html.escape(view.id)}</h1>\n{inline_svg(svg)}\n<pre>{html.escape(table)}</pre>")
+    path = Path(out) if out else Path(f"report-{view.id}.html")
+    path.write_text(_page(f"sweep {view.id}", body))
+    return path
+
+
+def _float(x: str) -> float | None:
+    try:
+        return float(x)
+    except ValueError:
+        return None
+
+
+# ---- a later stage takes the best point's output -------------------------------------------------
+BEST = re.compile(r"^(swp_[0-9a-f]{1,16}):best(?:\[([^\]]+)\])?$")
+
+
+def best_input(store, text: str, kind: str) -> str:
+    """`SWEEP:best` or `SWEEP:best[METRIC]` -> the artifact of `kind` the best point's run made."""
+    m = BEST.match(text)
+    if not m:
+        raise InputError(f"bad input {text!r}: a sweep is given as SWEEP:best or SWEEP:best[METRIC]")
+    from jobs.status import statuses
+    from lineage import sweeps as records
+
+    view = records.read(store, records.resolve(store, m[1]))
+    busy = [v.id for v, _ in statuses(store, [r for r in view.runs if r])
+            if v.state not in TERMINAL and v.state != RunState.LOST]
+    if busy:   # the best so far is not the sweep's best
+        raise InputError(f"sweep {view.id}: {len(busy)} point(s) not ended yet; wait for them (jobs status {view.id})")
+    view, runs, metric, higher, best = ranked(store, view.id, m[2])
+    if best is None:
+        raise InputError(f"sweep {view.id}: no point has succeeded with metric {metric}; no best point yet")
+    outs = {name: art for name, art in runs[best].outputs.items() if store.artifact(art).get("kind") == kind}
+    if len(outs) != 1:
+        raise InputError(f"sweep {view.id}: the best point's run {runs[best].id} has "
+                         f"{'no' if not outs else 'several'} {kind} output(s)")
+    return next(iter(outs.values()))
+
+
+def compare_command(store, ident: str, metric: str | None, as_json: bool) -> int:
+    if not ident.startswith("swp_"):
+        raise JobsError(f"compare takes a sweep ID (swp_…), not {ident!r}")
+    print("\n".join(compare(store, ident, metric, as_json)))
+    return 0

@@ -1,0 +1,103 @@
+"""Sweeps here: the grid from Hydra's sweep grammar, a bad value refusing the whole sweep with the
+store untouched, and a local sweep whose re-submit reuses every point, whose best point `compare`
+marks, and whose best output a later stage takes as `SWEEP:best`."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from helpers import run_jobs, tree_digest
+from jobs.errors import RecipeError
+from jobs.sweep import grid, parse
+from lineage import Store
+from lineage import sweeps as records
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+def test_the_grid_is_every_combination_in_hydras_grammar():
+    axes = parse(["sft.lr=1e-3,3e-3", "sft.steps=range(2,8,2)", "+sft.note=choice(a,b)"])
+    assert [(a.key, a.values) for a in axes] == [("sft.lr", ["0.001", "0.003"]), ("sft.steps", ["2", "4", "6"]),
+                                                  ("+sft.note", ["a", "b"])]
+    points = grid(axes)
+    assert len(points) == 12 and len({json.dumps(p, sort_keys=True) for p in points}) == 12
+    assert points[1] == {"sft.lr": "0.001", "sft.steps": "2", "+sft.note": "b"}   # the last axis varies fastest
+    for bad, why in [("sft.lr=interval(0,1)", "interval"), ("sft.lr=1,1", "repeated"), ("~sft.lr", "deletes"),
+                     ("sft.lr=(", "bad --sweep")]:
+        with pytest.raises(RecipeError, match=why):
+            parse([bad])
+    with pytest.raises(RecipeError, match="given twice"):
+        parse(["sft.lr=1,2", "sft.lr=3"])
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory) -> tuple[Path, dict, str]:
+    """A store in which testchain's count stage ran as a local sweep over count.steps=3,1,2, two at a time."""
+    env = {"JOBS_RECIPES": str(FIXTURES / "recipes"),
+           "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+    store = tmp_path_factory.mktemp("sweep") / "store"
+    r = run_jobs(store, "submit", "testchain", "--stage", "count", "--sweep", "count.steps=3,1,2", "count.step_s=0",
+                 "--max-parallel", "2", env=env)
+    assert r.code == 0, r.err
+    sweep = r.out.split("sweep ", 1)[1].split(":")[0]
+    return store, env, sweep
+
+
+def test_a_local_sweep_records_every_point_and_a_resubmit_reuses_them(swept):
+    store, env, sweep = swept
+    view = records.read(Store(store), sweep)
+    runs = [Store(store).run(r) for r in view.runs]
+    assert [r.state for r in runs] == ["SUCCEEDED"] * 3
+    assert [r.spec["config"]["count"]["steps"] for r in runs] == [3, 1, 2]
+    assert [r.spec["sweep"] for r in runs] == [{"id": sweep, "point": i, "values": {"count.steps": v}}
+                                               for i, v in enumerate(["3", "1", "2"])]
+    assert len({r.spec["code"]["snapshot"] for r in runs}) == 1   # the code was snapshot once for all points
+    again = run_jobs(store, "submit", "testchain", "--stage", "count", "--sweep", "count.steps=3,1,2", "count.step_s=0",
+                     env=env)
+    assert again.code == 0, again.err
+    assert f"sweep {sweep}: 3 point(s), 0 to run" in again.out and again.out.count(" reused: ") == 3
+    assert len(Store(store).index().runs()) == 3
+
+
+def test_compare_marks_the_best_point_and_a_later_stage_takes_its_output(swept):
+    store, env, sweep = swept
+    r = run_jobs(store, "compare", sweep[:8], env=env)
+    assert r.code == 0, r.err
+    rows = [line for line in r.out.splitlines() if line[:1] in ("*", " ") and line[3:8].strip().isdigit()]
+    assert len(rows) == 3 and [line[0] for line in rows] == [" ", "*", " "]   # step, lower is better: 1 step
+    best = Store(store).run(records.read(Store(store), sweep).runs[1])
+    assert best.metrics["step"] == 1
+    r = run_jobs(store, "submit", "testchain", "--stage", "double", "--input", f"numbers={sweep}:best[step]", env=env)
+    assert r.code == 0, r.err
+    s = Store(store)
+    double = s.run(s.index().runs(stage="double")[0]["id"])
+    assert double.inputs["numbers"] == best.outputs["result"] and double.state == "SUCCEEDED"
+    shown = run_jobs(store, "show", best.id, env=env)
+    assert f"sweep     {sweep} point 1 (count.steps=1)" in shown.out
+    shown = run_jobs(store, "show", double.id, env=env)   # the input's line says which sweep and point made it
+    assert f"{best.outputs['result']}  (from sweep {sweep} point 1 (count.steps=1))" in shown.out
+    bad = run_jobs(store, "submit", "testchain", "--stage", "double", "--input", f"numbers={sweep}:best[nope]", env=env)
+    assert bad.code == 2 and "no point recorded metric 'nope'" in bad.err
+    status = run_jobs(store, "status", sweep, env=env)
+    assert status.code == 0 and "3 points: 3 SUCCEEDED" in status.out
+    report = run_jobs(store, "report", sweep, "-o", str(store.parent / "sweep.html"), env=env)
+    assert report.code == 0, report.err
+    assert "<svg" in (store.parent / "sweep.html").read_text()
+
+
+def test_a_bad_value_in_one_point_refuses_the_sweep_and_leaves_the_store_untouched(swept):
+    store, env, _ = swept
+    before = tree_digest(store)
+    r = run_jobs(store, "submit", "tiny", "--stage", "data", "--sweep", "data.n_sft=100,-5", "--sweep", "seed=1,2")
+    assert r.code == 2 and r.out == ""
+    assert r.err.startswith("jobs: error: sweep point data.n_sft=-5 seed=1: tiny/data: data.n_sft must be")
+    assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+    for args in (["--sweep", "count.steps=1,2", "--stage", "count,double"],      # one stage only
+                 ["--sweep", "count.steps=1,2", "--stage", "count", "count.steps=3"],  # swept and set
+                 ["--max-parallel", "2", "--stage", "count"]):                   # a limit without a sweep
+        r = run_jobs(store, "submit", "testchain", *args, env=env)
+        assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err, r.err
+    assert tree_digest(store) == before

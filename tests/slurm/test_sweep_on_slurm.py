@@ -1,0 +1,93 @@
+"""A sweep on the dev cluster: a 2x3 grid of tiny's SFT is one sbatch job array with `%2`, six run
+records with their configs; a re-submit runs only the point that was cancelled, the next runs
+nothing; `compare` shows six rows and marks the best. Step counts are tiny: this is plumbing, not
+learning (tests/stages has the learning)."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from devcluster import sh
+from helpers import run_jobs
+from lineage import Store
+from lineage import sweeps as records
+
+pytestmark = pytest.mark.slurm
+GRID = ["--sweep", "sft.lr=1e-3,3e-3", "--sweep", "sft.steps=2,3,4", "sft.warmup=1", "sft.log_every=1",
+        "tracking.wandb=disabled", "tracking.tensorboard=false", "--executor", "slurm", "--profile", "dev",
+        "--max-parallel", "2"]
+
+
+def wait_sweep(store: Path, sweep: str, env: dict, deadline_s: float = 600) -> list[str]:
+    """Poll `jobs status SWEEP` (it records ends only Slurm saw) until no point is queued or running."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        r = run_jobs(store, "status", sweep, env=env)
+        assert r.code == 0, r.err
+        view = records.read(Store(store), sweep)
+        states = [Store(store).run(run).state for run in view.runs]
+        if not {"QUEUED", "RUNNING"} & set(states):
+            return states
+        time.sleep(2)
+    raise AssertionError(f"sweep {sweep} not ended after {deadline_s} s: {states}")
+
+
+def test_a_2x3_sft_sweep_is_one_job_array_and_a_resubmit_runs_only_what_is_missing(upstream_store, tmp_path,
+                                                                                     slurm_cluster):
+    store = upstream_store
+    (tmp_path / "profiles.yaml").write_text("dev: {partition: debug, containers: false}\n")
+    env = {"JOBS_PROFILES": str(tmp_path / "profiles.yaml")}
+    r = run_jobs(store, "submit", "tiny", "--stage", "sft", *GRID, env=env)
+    assert r.code == 0, r.err
+    sweep = re.search(r"sweep (swp_[0-9a-f]{16}): 6 point\(s\), 6 to run", r.out)[1]
+    array = re.search(r"submitted as Slurm array job (\d+) %2", r.out)[1]
+    view = records.read(Store(store), sweep)
+    # Cancel the last point while the %2 limit still holds it back.
+    assert run_jobs(store, "cancel", view.runs[5], env=env).code == 0
+    early = run_jobs(store, "submit", "tiny", "--stage", "rm", "--input", f"model={sweep}:best", "--dry-run", env=env)
+    assert early.code == 2 and "not ended yet" in early.err   # the best so far is not the sweep's best
+
+    # One sbatch: one submission script, an array of six tasks at most two at a time.
+    folder = store / "sweeps" / sweep
+    (script,) = folder.glob("*_submission.sh")
+    assert "#SBATCH --array=0-5%2" in script.read_text()
+    assert slurm_cluster.job_field(f"{array}_0", "ArrayTaskThrottle") == "2"
+    assert wait_sweep(store, sweep, env) == ["SUCCEEDED"] * 5 + ["CANCELLED"]
+    tasks = sh("sacct", "-n", "-X", "-P", "-j", array, "-o", "JobID").split()
+    assert {f"{array}_{i}" for i in range(5)} <= set(tasks)   # the cancelled task never started
+
+    s = Store(store)
+    runs = [s.run(run) for run in view.runs]
+    assert [(r.spec["config"]["sft"]["lr"], r.spec["config"]["sft"]["steps"]) for r in runs] == [
+        (lr, steps) for lr in (1e-3, 3e-3) for steps in (2, 3, 4)]
+    assert {r.spec["sweep"]["id"] for r in runs} == {sweep}
+    assert [r.jobs[-1]["job_id"] for r in runs] == [f"{array}_{i}" for i in range(6)]
+    assert len({r.spec["run_key"] for r in runs}) == 6 and len({r.outputs["model"] for r in runs[:5]}) == 5
+    assert len({tuple(sorted(r.inputs.items())) for r in runs}) == 1      # inputs resolved once for all points
+
+    # The re-submit runs only the cancelled point; the one after that runs nothing.
+    again = run_jobs(store, "submit", "tiny", "--stage", "sft", *GRID, env=env)
+    assert again.code == 0, again.err
+    assert f"sweep {sweep}: 6 point(s), 1 to run" in again.out and again.out.count(" reused: ") == 5
+    redo = records.read(s, sweep).runs
+    assert redo[:5] == view.runs[:5] and redo[5] != view.runs[5]
+    assert s.run(redo[5]).spec["config"]["sft"] == runs[5].spec["config"]["sft"]
+    assert wait_sweep(store, sweep, env) == ["SUCCEEDED"] * 6
+    before = len(s.index().runs())
+    third = run_jobs(store, "submit", "tiny", "--stage", "sft", *GRID, env=env)
+    assert third.code == 0 and f"sweep {sweep}: 6 point(s), 0 to run" in third.out and "submitted" not in third.out
+    assert len(s.index().runs()) == before
+
+    r = run_jobs(store, "compare", sweep, env=env)
+    assert r.code == 0, r.err
+    rows = [line for line in r.out.splitlines() if re.match(r"^[* ]  +\d+  ", line)]
+    assert len(rows) == 6 and sum(line.startswith("*") for line in rows) == 1
+    final = [s.run(run) for run in records.read(s, sweep).runs]
+    best = min(range(6), key=lambda i: final[i].metrics["sft/loss"])
+    assert rows[best].startswith("*") and final[best].id in rows[best]
+    # A later stage takes the best point's model.
+    plan = run_jobs(store, "submit", "tiny", "--stage", "rm", "--input", f"model={sweep}:best", "--dry-run", env=env)
+    assert plan.code == 0 and f"input  model      {final[best].outputs['model']}" in plan.out, plan.err
