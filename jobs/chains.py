@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lineage.errors import LineageError
+from lineage.layout import RECORDS
 
 Ancestry = dict[tuple[str, str], set[str]]   # (recipe, stage) -> runs of that stage upstream
 
@@ -126,7 +127,7 @@ class Chains:
 
     def __init__(self, store, recipe, names: set[str]):
         self.store, self.recipe, self.names = store, recipe, names
-        self.idx = store.index() if (store.root / "records").is_dir() else None
+        self.idx = store.index() if (store.root / RECORDS).is_dir() else None
         self.contexts: dict[str, list] = {}
         self.depth = {name: i for i, name in enumerate(recipe.stages)}
 

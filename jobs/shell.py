@@ -112,8 +112,9 @@ def _store_names(parsed_args) -> list[str]:
     """Every alias name in the store (its refs/ folders), read without opening or creating anything."""
     from jobs.submit import store_root
     from lineage import refs
+    from lineage.layout import REFS
 
-    root = store_root(getattr(parsed_args, "store", None)) / "refs"
+    root = store_root(getattr(parsed_args, "store", None)) / REFS
     names = []
     for folder, subs, files in os.walk(root):
         if any(refs.VERSION_FILE.match(f) for f in files):

@@ -31,6 +31,7 @@ COMPUTED = {
     "jobs/plan.py": 1,                     # the recipe stage's module: check_config at submit
     "jobs/show.py": 1,                     # its preview for --dry-run
     "jobs/executors/slurm.py": 1,          # the same, for the Slurm dry run
+    "jobs/executors/local.py": 1,          # the finished stage's HEADLINE metrics, printed at the end
 }
 #: stages/ on two floors: the shared pieces and backends below import no stage entry point above.
 LOWER_FLOORS = ("stages/ml", "stages/backends")

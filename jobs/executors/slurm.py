@@ -364,7 +364,7 @@ class SlurmExecutor:
         import submitit
 
         if any(p.image is not None for p in prepared):
-            store.folder("runtime")
+            store.folder(RUNTIME)   # made without following a link planted on the way
             bundles.store(self.bundle or bundles.collect(), store.root)
         groups: dict[str, list[int]] = {}
         for i, prep in enumerate(prepared):
