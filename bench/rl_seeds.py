@@ -104,6 +104,7 @@ def main() -> None:
     load_before, t_start = os.getloadavg(), time.time()
     rows = []   # (seed, method, sft results, after results, rl seconds)
     rms = {}    # seed -> the rm run's held-out accuracies
+    sfts = {}   # seed -> the SFT model's held-out results
     for seed in args.seeds:
         store = work / f"seed-{seed}" / "store"
         if newest(store, "rm") is None:   # a store of an earlier call (--workdir) is reused
@@ -112,7 +113,7 @@ def main() -> None:
         sft_model = newest(store, "sft").outputs["model"]
         if newest(store, "eval", model=sft_model) is None:
             jobs(store, "submit", "tiny", "--stage", "eval", "--input", f"model={sft_model}", f"seed={seed}", *quiet)
-        sft = results(store, sft_model)
+        sft = sfts[seed] = results(store, sft_model)
         for m in methods:
             t0 = time.perf_counter()
             jobs(store, "submit", "tiny", "--stage", "rl", f"seed={seed}", *METHODS[m], *quiet)
@@ -126,6 +127,9 @@ def main() -> None:
     print(f"# bench/rl_seeds.py  {time.strftime('%Y-%m-%d %H:%M')}  {time.time() - t_start:.0f} s  stores under {work}")
     print(f"# load average before: {' '.join(f'{x:.2f}' for x in load_before)}; after: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus {os.cpu_count()}")
+    print("\n| seed | SFT greedy | SFT pass@1 | SFT pass@8 |\n|---:|---:|---:|---:|")
+    for seed, sft in sfts.items():
+        print(f"| {seed} | " + " | ".join(f"{sft[k]:.3f}" for k in METRICS) + " |")
     print("\n| seed | method | greedy SFT -> RL | pass@1 SFT -> RL | pass@8 SFT -> RL | rl s (CLI incl.) |")
     print("|---:|---|---|---|---|---:|")
     for seed, m, sft, after, secs in rows:
