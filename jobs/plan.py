@@ -161,7 +161,7 @@ def _check_config(recipe: str, st, config: dict) -> None:
             problems = check(config)
     except (KeyError, TypeError, AttributeError) as e:  # a section or key the stage needs was removed or retyped
         problems = [f"the config lacks or mistypes {e}"]
-    from stages import tracking
+    from stages.ml import tracking
 
     problems = [*problems, *tracking.check_config(config)]   # every stage reports through the trackers
     if problems:
