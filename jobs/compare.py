@@ -23,8 +23,9 @@ def diff_command(store, a: str, b: str) -> int:
     lines = diff(store, ra, rb)
     moved = deltas(store.run(ra).metrics, store.run(rb).metrics)
     counted = bool(lines) or any(c for _, c in moved)
-    lines += [line for line, _ in moved]
-    print("\n".join(lines) if lines else "no differences in config, code, environment, inputs, outputs or metrics")
+    if not counted:   # the verdict first; timings that moved follow, for information
+        lines = ["no differences in config, code, environment, inputs, outputs or metrics"]
+    print("\n".join(lines + [line for line, _ in moved]))
     return 1 if counted else 0
 
 

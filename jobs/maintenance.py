@@ -64,9 +64,9 @@ def prune_snapshots(store, keep: int, metric: str | None, higher_is_better: bool
     if not metric:
         raise JobsError("--keep-top-k needs --metric NAME (e.g. sft/loss; add --higher-is-better for accuracies)")
     from jobs.filters import check
-    from lineage.gc import checkpoint_snapshots
+    from lineage.layout import kept_snapshots
 
-    known = {k for snaps in checkpoint_snapshots(store).values() for sn in snaps for k in sn.metrics}
+    known = {k for snaps in kept_snapshots(store.root).values() for sn in snaps for k in sn.metrics}
     if known:  # a store with no snapshot has nothing to prune, whatever the name
         check("--metric", metric, known)
     victims = top_k_victims(store, keep, metric, higher_is_better)

@@ -57,8 +57,9 @@ def team(tmp_path_factory):
                  env=env, timeout=1200)
     assert r.code == 0, r.out + r.err
     for i in (1, 2):   # v1 is then nothing's :latest and nothing's input: what gc collects
-        f = top / f"extra-{i}.txt"
-        f.write_text(f"an added corpus, version {i}\n")
+        f = top / f"extra-{i}"
+        f.mkdir()
+        (f / "train.txt").write_text(f"an added corpus, version {i}\n")
         r = run_jobs(root, "add", str(f), "--kind", "corpus", "--name", "team/extra", env=env)
         assert r.code == 0, r.err
     with pytest.MonkeyPatch.context() as mp:

@@ -223,7 +223,7 @@ def test_nano3_toy_chain_runs_through_the_container_path_and_each_stage_reads_it
     from test_prep import _direct_docs
 
     from stages.ml import formats
-    from stages.prep import indexed
+    from stages.ml import indexed
 
     image, _ = dev_image
     src = tmp_path / "src"

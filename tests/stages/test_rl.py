@@ -82,15 +82,15 @@ def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     assert r.code == 0, r.out + r.err
     view = rl_run(pipeline, **{"algorithm": "dpo", "dpo.pairs": "on_policy"})
     assert_lifts(pipeline, "dpo", view)
-    # Its rollouts got better (mean reward, first 20 steps -> last 20, seeds 1234 / 7 / 42: 0.834 -> 0.975,
-    # 0.794 -> 0.963, 0.818 -> 0.985), so fewer groups disagree and fewer pairs are left to train on
-    # (first 10 steps 69 / 74 / 61 a step, last 10: 10 / 18 / 9). The implicit reward's accuracy on the
-    # pairs is not asserted: on-policy, each step's rejected answer is one the policy still samples,
-    # which keeps it near 0.5 (0.45-0.60 over the last 10 steps).
+    # Its rollouts got better (mean reward, first 20 steps -> last 20), so fewer groups disagree and fewer
+    # pairs are left to train on. With the splits by operand pair (seed 1234, this suite's run): 913 pairs
+    # in the first 10 steps, 584 in the last 10 (-36%); the earlier splits, whose SFT model started
+    # higher, left far fewer. The implicit reward's accuracy on the pairs is not asserted: on-policy,
+    # each step's rejected answer is one the policy still samples, which keeps it near 0.5.
     rewards = metric_lines(pipeline, view, "rl/reward_mean")
     assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.08
     pairs = metric_lines(pipeline, view, "rl/pairs")
-    assert sum(pairs[-10:]) < sum(pairs[:10]) / 2.5
+    assert sum(pairs[-10:]) < 0.8 * sum(pairs[:10]), pairs
 
 
 def test_offline_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
