@@ -21,7 +21,7 @@ from pathlib import Path
 
 from stages.schema import Float, Int, Map, Str, check
 from stages.ml import batches, formats, lm, tracking
-from stages.ml.loop import Schedule, split_problems, train
+from stages.ml.loop import Schedule, train
 from stages.ml.losses import causal_lm_loss
 from stages.contract import StageError
 
@@ -47,7 +47,7 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     from stages.backends.megatron import launch
 
     return launch.check_stage(config, "pretrain", resources, lambda cfg: (check(cfg, TORCH, "pretrain") or lm.arch_problems(cfg["model"])
-                                                              or Schedule.problems(cfg, "pretrain") + split_problems(cfg, "pretrain", resources))
+                                                              or Schedule.problems(cfg, "pretrain"))
                               + lm.device_problems(config, resources))
 
 

@@ -40,7 +40,7 @@ import json
 from pathlib import Path
 
 from stages.ml import batches, formats, lm, tracking
-from stages.ml.loop import Schedule, split_problems, train
+from stages.ml.loop import Schedule, train
 from stages.ml.losses import bradley_terry_loss
 from stages.contract import StageError
 
@@ -241,7 +241,7 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     if problems:
         return problems
     # steps 0: the initialisation alone, no training schedule to check
-    return (Schedule.problems(cfg, "rm") if cfg["steps"] else []) + split_problems(cfg, "rm", resources)
+    return Schedule.problems(cfg, "rm") if cfg["steps"] else []
 
 
 def preview(config: dict, resources: dict) -> str | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from stages.schema import Float, Int, Map, Str, check
 from stages.ml import batches, formats, lm, tracking
-from stages.ml.loop import Schedule, split_problems, train
+from stages.ml.loop import Schedule, train
 from stages.ml.losses import causal_lm_loss
 from stages.contract import StageError
 
@@ -56,8 +56,7 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     """Every problem with the `sft:` section, before submit (either backend)."""
     from stages.backends.megatron import launch
 
-    return launch.check_stage(config, "sft", resources, lambda cfg: (check(cfg, TORCH, "sft") or Schedule.problems(cfg, "sft")
-                                                                      + split_problems(cfg, "sft", resources))
+    return launch.check_stage(config, "sft", resources, lambda cfg: (check(cfg, TORCH, "sft") or Schedule.problems(cfg, "sft"))
                               + lm.device_problems(config, resources))
 
 

@@ -84,15 +84,6 @@ class Schedule:
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def split_problems(cfg: dict, where: str, resources: dict | None) -> list[str]:
-    """The global batch splits evenly over the job's ranks (one per node, `resources.nodes`)."""
-    ranks = int((resources or {}).get("nodes", 1) or 1)
-    batch = cfg.get("batch_size")
-    if isinstance(batch, int) and batch % ranks:
-        return [f"{where}.batch_size {batch} does not split over {ranks} ranks (resources.nodes {ranks})"]
-    return []
-
-
 def init_distributed(dist_info, device: str = "cpu") -> bool:
     """Join the job's process group when there is more than one rank: gloo when the stage computes
     on CPU (also on a GPU node), nccl on CUDA.
