@@ -99,7 +99,8 @@ def print_run(store, idx, run_id: str) -> None:
     print(f"state     {v.state}" + (f"  ({v.reason})" if v.reason else ""))
     print(f"created   {_when(s.created)}   updated {_when(v.updated)}")
     code = s.code
-    print(f"code      {code.get('git_sha') or 'not a git checkout'}" + ("  (+ uncommitted " + str(code.get("diff_digest")) + ")" if code.get("dirty") else ""))
+    dirty = f"  (+ uncommitted {code.get('diff_digest') or 'changes'})" if code.get("dirty") else ""
+    print(f"code      {code.get('git_sha') or 'not a git checkout'}{dirty}")
     env = s.environment
     print(f"env       python {env.get('python')}  {env.get('digest')}")
     if s.container_image:
