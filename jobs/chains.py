@@ -21,22 +21,14 @@ def ancestry(idx, art: str, cache: dict[str, Ancestry] | None = None) -> Ancestr
     """Every run upstream of `art` (its own producers included), by (recipe, stage)."""
     if cache is not None and art in cache:
         return cache[art]
+    from lineage.graph import walk
+
     found: Ancestry = {}
-    todo, seen, runs_seen = [art], set(), set()
-    while todo:
-        a = todo.pop()
-        if a in seen:
-            continue
-        seen.add(a)
-        for p in idx.producer(a):
-            run = p["run"]
-            if run in runs_seen:
-                continue
-            runs_seen.add(run)
-            row = idx.run_row(run)
-            if row is not None:
-                found.setdefault((row["recipe"], row["stage"]), set()).add(run)
-            todo += [e["artifact"] for e in idx.edges_of(run, "in")]
+    nodes, _ = walk(idx, [art], downstream=False)
+    for run in (n for n, what in nodes.items() if what == "run"):
+        row = idx.run_row(run)
+        if row is not None:
+            found.setdefault((row["recipe"], row["stage"]), set()).add(run)
     if cache is not None:
         cache[art] = found
     return found

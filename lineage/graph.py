@@ -4,9 +4,11 @@ and `jobs report` draw what it returns."""
 from __future__ import annotations
 
 
-def walk(idx, arts, runs=(), *, one_producer: bool = False) -> tuple[dict[str, str], set[tuple[str, str, str]]]:
+def walk(idx, arts, runs=(), *, one_producer: bool = False,
+         downstream: bool = True) -> tuple[dict[str, str], set[tuple[str, str, str]]]:
     """Nodes (ID -> "run" | "art") and edges (source, target, role): the `runs`' own inputs and
-    outputs, everything upstream of those inputs and of `arts`, and everything downstream of `arts`.
+    outputs, everything upstream of those inputs and of `arts`, and (unless not `downstream`)
+    everything downstream of `arts`.
 
     With `one_producer`, an artifact made by several runs (a re-run that wrote the same bytes) shows
     one: a run in `runs` if there is one, else the newest."""
@@ -48,5 +50,6 @@ def walk(idx, arts, runs=(), *, one_producer: bool = False) -> tuple[dict[str, s
                     todo.append(e["artifact"])
 
     follow(up, producers, "in", upward=True)
-    follow(down, idx.consumers, "out", upward=False)
+    if downstream:
+        follow(down, idx.consumers, "out", upward=False)
     return nodes, edges
