@@ -45,14 +45,14 @@ def settle(store: Store, plan: Plan, facts: list[dict] | None = None, *, use_cac
             settled.append(Settled(sp.stage, spec=spec))
             continue
         spec = spec.with_(run_key=spec.key())
-        hit = _cached(store, idx, spec.run_key) if idx is not None else None
+        hit = cached(store, idx, spec.run_key) if idx is not None else None
         if hit is not None:
             outputs[sp.stage] = store.run(hit).outputs
         settled.append(Settled(sp.stage, reused=hit) if hit else Settled(sp.stage, spec=spec))
     return settled
 
 
-def _cached(store: Store, idx, key: str) -> str | None:
+def cached(store: Store, idx, key: str) -> str | None:
     """A SUCCEEDED run with this key whose outputs still verify."""
     for candidate in idx.runs_with_key(key):
         view = store.run(candidate)

@@ -135,6 +135,7 @@ def submit(req, sweeps: list[str], max_parallel: int | None = None,
     from jobs import executors, profiles
     from jobs.plan import run_spec, verify_inputs
     from jobs.provenance import CodeChanged, store_snapshot
+    from jobs.record import cached
     from jobs.submit import store_root
     from lineage import Store
     from lineage import sweeps as records
@@ -182,7 +183,7 @@ def submit(req, sweeps: list[str], max_parallel: int | None = None,
     todo: list[int] = []
     for i, key in enumerate(keys):
         if not req.force:
-            hit = _cached(store, idx, key)
+            hit = cached(store, idx, key)
             if hit:
                 runs[i] = hit
                 echo(f"{hit}  point {i} reused: an identical run already succeeded ({said(sw.points[i])})")
@@ -223,20 +224,6 @@ def submit(req, sweeps: list[str], max_parallel: int | None = None,
             with ThreadPoolExecutor(max_parallel) as pool:
                 return sweep_id, new, all(list(pool.map(one, todo)))
         return sweep_id, new, all([one(i) for i in todo])
-
-
-def _cached(store, idx, key: str) -> str | None:
-    """A SUCCEEDED run with this run key whose outputs still verify."""
-    from lineage.errors import LineageError
-
-    for candidate in idx.runs_with_key(key):
-        try:
-            for art in store.run(candidate).outputs.values():
-                store.verify(art)
-        except LineageError:
-            continue
-        return candidate
-    return None
 
 
 def _standing(store, sweep_id: str) -> dict[int, str]:
