@@ -2,6 +2,14 @@
 # The whole test suite: set up, start the dev Slurm cluster, run every test (slow ones included).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# Byte code: the venvs are installed without it (dev/setup.sh's --no-compile) and the dev image holds
+# none, so a module is compiled on its first import and cached, unless the caller's environment sets
+# PYTHONDONTWRITEBYTECODE: then every stage process, Ray worker and Slurm job of the suite compiles
+# torch, transformers and wandb from source again (a quarter of a training test's CPU time, README.md).
+# The cache is one folder outside every source tree (the stores' code snapshots stay as stored), in
+# /tmp, which the dev cluster's jobs share, inside the image too (ch-run binds the host's /tmp).
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/jobs-pycache}
 # The set-up steps write different things (.venv, .venv-bridge, dpkg) and mostly wait on unpacking and
 # disk, one core each: run them side by side. The two apt steps stay in one line (one dpkg at a time).
 # Each step's output is kept and printed when it ends, so nothing interleaves.
