@@ -309,9 +309,18 @@ def main() -> int:
             print(f"| {name} | {cache} | {best:.3f} | {statistics.median(xs):.3f} | {rate} | {best / ours:.2f}x |")
         sha = {name: min(xs) for (name, c), xs in results.items() if c == cache and name.startswith("sha256")}
         best_sha = min(sha, key=sha.get)
-        line = f"{cache} cache: ours reaches {sha[best_sha] / ours:.0%} of the SHA-256 ceiling ({best_sha}; goal >= 90%)"
+        line = f"{cache} cache: "
+        # Like for like is dvc with hard links: neither side copies the bytes, both hash them once.
+        if (DVC_HARDLINK, cache) in results:
+            line += f"dvc add with cache.type=hardlink / ours = {min(results[(DVC_HARDLINK, cache)]) / ours:.1f}x (goal >= 4x)"
         if (DVC_ADD, cache) in results:
-            line += f"; dvc add / ours = {min(results[(DVC_ADD, cache)]) / ours:.1f}x (goal >= 4x)"
+            line += f" [dvc add in its default mode also copies into its cache: {min(results[(DVC_ADD, cache)]) / ours:.1f}x]"
+        share = sha[best_sha] / ours
+        if share > 1.0:   # ours ran faster than every plain way: the fastest of them bounds nothing
+            line += (f"; ours took {1 / share:.0%} of the time of the fastest plain SHA-256 row ({best_sha}), "
+                     "so no row here is a ceiling and no share of one is claimed (goal >= 90%: not measurable)")
+        else:
+            line += f"; ours reaches {share:.0%} of the fastest plain SHA-256 row, the ceiling ({best_sha}; goal >= 90%)"
         summary.append(line)
     print()
     print("\n".join(summary + notes))

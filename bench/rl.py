@@ -14,10 +14,12 @@ divided by the group's std (ours: `use_leave_one_out_baseline=false`; TRL's defa
 (0.9, 0.95) with no weight decay, a constant learning rate from the first step (ours: warmup 0 and
 min_lr_ratio 1; TRL: lr_scheduler_type constant), gradients clipped at norm 1.
 
---model pretrain samples from the pretrained model instead: it has not learned to stop after the
-answer, so with a larger --max-new-tokens (say 24) every completion runs to the limit and is longer
-than its prompt (~7 tokens). Ours packs each group's prompt once: the larger the prompt's share of
-the tokens, the more that saves, so this shape shows the gain where it is smallest.
+--model pretrain samples from the pretrained model instead, with a larger --max-new-tokens (say 24),
+meant to give completions longer than the prompt (~7 tokens). Neither side suppresses <eos>, so how
+long they run is what pretraining taught the model: read tokens/step in the table before calling a
+run the long-completion shape (a pretrained model that stops early gives shorter completions than
+the SFT model). Ours packs each group's prompt once: the larger the prompt's share of the tokens,
+the more that saves, so long completions show the gain where it is smallest.
 
 Ours: `jobs submit tiny --stage rl` (local executor, Ray actors); each step logs `rl/step_time_s`
 (generation, reward, train step, refit) and `rl/generated_tokens` (eos included) to metrics.jsonl.
@@ -185,7 +187,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="ours then TRL, this many times")
     ap.add_argument("--dynamic", action="store_true", help="also ours with dynamic sampling (not the same update)")
     ap.add_argument("--model", choices=("sft", "pretrain"), default="sft",
-                    help="the policy: tiny's SFT model, or the pretrained one (completions run to --max-new-tokens)")
+                    help="the policy: tiny's SFT model, or the pretrained one (completions as long as it writes them)")
     a = ap.parse_args()
     if a.steps <= a.skip:
         raise SystemExit("--steps must exceed --skip")
