@@ -121,9 +121,9 @@ def python_env() -> dict:
     """The interpreter and every installed distribution, with a digest over the sorted list."""
     packages = {}
     for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            packages[name.lower()] = dist.version
+        fields = dist.metadata   # parses METADATA; dist.version would parse it again
+        if fields["Name"]:
+            packages[fields["Name"].lower()] = fields["Version"]
     listing = "\n".join(f"{k}=={v}" for k, v in sorted(packages.items()))
     return {
         "kind": "python",
