@@ -44,11 +44,18 @@ METHODS = {
 METRICS = ("exact_match", "pass@1", "pass@8")
 
 
-def jobs(store: Path, *args: str) -> None:
-    """Runs `jobs --store STORE ARGS`; exits with its output if it fails."""
+def jobs(store: Path, *args: str) -> str:
+    """Runs `jobs --store STORE ARGS` and returns its output; exits with it if it fails."""
     r = subprocess.run([JOBS, "--store", str(store), *args], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"jobs {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def submitted(out: str, stage: str) -> str:
+    """The run ID `jobs submit` printed for `stage`: the run it made, or the identical one it reused
+    (the newest rl run of the store is another method's when this one was reused)."""
+    return [line.split()[0] for line in out.splitlines() if line.split()[1:2] == [stage]][-1]
 
 
 def newest(store: Path, stage: str, **inputs):
@@ -116,9 +123,9 @@ def main() -> None:
         sft = sfts[seed] = results(store, sft_model)
         for m in methods:
             t0 = time.perf_counter()
-            jobs(store, "submit", "tiny", "--stage", "rl", f"seed={seed}", *METHODS[m], *quiet)
+            out = jobs(store, "submit", "tiny", "--stage", "rl", f"seed={seed}", *METHODS[m], *quiet)
             secs = time.perf_counter() - t0
-            model = newest(store, "rl").outputs["model"]
+            model = Store(store).run(submitted(out, "rl")).outputs["model"]
             jobs(store, "submit", "tiny", "--stage", "eval", "--input", f"model={model}", f"seed={seed}", *quiet)
             rows.append((seed, m, sft, results(store, model), secs))
             print(f"# seed {seed} {m}: greedy {sft['exact_match']:.3f} -> {rows[-1][3]['exact_match']:.3f}, "
