@@ -1,6 +1,5 @@
 """The project speaks of itself: its code, docs, recipes and tests say what the software does and
-what was measured, never how or by whom the work was organised (work sessions, teammates, agents,
-deadlines, tracker issue numbers).
+what was measured, never how or by whom the work was organised: FORBIDDEN below lists the phrases.
 
 The phrases are narrow on purpose: "session" alone is an ordinary word here (a pytest session
 fixture, a process session, tracking.session), as are "helper", "agent" (Ray's, NeMo Gym's) and
