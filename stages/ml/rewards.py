@@ -137,17 +137,28 @@ class RewardWorker:
 
     def score(self, prompts: list[str], responses: list[str], answers: list[str],
               finished: list[bool] | None = None) -> list[float]:
-        """`finished[i]`: response i ended with <eos> (not cut off); None: all did."""
+        """`finished[i]`: response i ended with <eos> (not cut off); None: all did.
+
+        The reward model reads each distinct (prompt, stripped response) once, and only those that
+        are answers: a GRPO group samples the same few answers over and over, and a non-answer's
+        score is replaced by the floor anyway."""
         if self.kind == "verifier":
             return [verify(r, a) for r, a in zip(responses, answers)]
         import torch
 
-        with torch.no_grad():
-            raw = self._score(self.model, self.tokenizer, prompts, [r.strip() for r in responses]).tolist()
-        if self.answer is None:   # no answer format to hold responses to (rl.reward.answer_pattern)
-            return raw
+        said = [r.strip() for r in responses]
         finished = finished or [True] * len(responses)
-        return below_non_answers(raw, [bool(self.answer.fullmatch(r.strip())) and f for r, f in zip(responses, finished)])
+        counted = [self.answer is None or (bool(self.answer.fullmatch(s)) and f) for s, f in zip(said, finished)]
+        distinct = list(dict.fromkeys((p, s) for p, s, ok in zip(prompts, said, counted) if ok))
+        raw: dict = {}
+        if distinct:
+            with torch.no_grad():
+                values = self._score(self.model, self.tokenizer, [p for p, _ in distinct], [s for _, s in distinct])
+            raw = dict(zip(distinct, values.tolist()))
+        scores = [raw.get((p, s), 0.0) for p, s in zip(prompts, said)]
+        if self.answer is None:   # no answer format to hold responses to (rl.reward.answer_pattern)
+            return scores
+        return below_non_answers(scores, counted)
 
 
 def below_non_answers(scores: list[float], is_answer: list[bool]) -> list[float]:

@@ -90,13 +90,29 @@ def test_the_reward_model_worker_floors_run_ons_and_non_numbers(pipeline):
     from helpers import artifact_path, latest
 
     folder = artifact_path(pipeline, latest(pipeline, "rm").outputs["reward_model"])
-    scorer = dict(load=rm.load_reward_model, score=rm.score)
+    read = []   # the rows of each batch the reward model reads
+
+    def counted(model, tokenizer, prompts, responses):
+        read.append(list(zip(prompts, responses)))
+        return rm.score(model, tokenizer, prompts, responses)
+
+    scorer = dict(load=rm.load_reward_model, score=counted)
     worker = RewardWorker("reward_model", str(folder), threads=1, answer_pattern="[0-9]+", **scorer)
     prompts = ["27+45="] * 4
     scores = worker.score(prompts, ["72", "7 072", "72", "62"], ["72"] * 4, [True, True, False, True])
     assert scores[1] == scores[2] < min(scores[0], scores[3])   # not a number; cut off before <eos>
-    raw = RewardWorker("reward_model", str(folder), threads=1, **scorer).score(prompts, ["72", "7 072", "72", "62"], ["72"] * 4)
-    assert raw[0] == raw[2] and raw[0] == scores[0]             # no answer format: the model's own scores
+    assert read == [[("27+45=", "72"), ("27+45=", "62")]]      # only the answers, each once
+    raw = RewardWorker("reward_model", str(folder), threads=1, **scorer).score(prompts, [" 72", "7 072", "72", "62"], ["72"] * 4)
+    # No answer format: the model's own scores, one per distinct (prompt, stripped response): in
+    # another batch than above, hence rounding.
+    assert read[1] == [("27+45=", "72"), ("27+45=", "7 072"), ("27+45=", "62")]
+    assert raw[0] == raw[2] and abs(raw[0] - scores[0]) < 1e-4 and abs(raw[3] - scores[3]) < 1e-4
+    # A GRPO batch: eight samples of each prompt, mostly repeats, scored as the whole batch is.
+    batch_p = [f"{a}+{b}=" for a, b in ((27, 45), (3, 9), (50, 49)) for _ in range(8)]
+    batch_r = [str(s) for s in (72, 62, 72, 72, 82, 72, 62, 72, 12, 12, 2, 12, 12, 12, 13, 12, 99, 99, 99, 99, 98, 99, 99, 99)]
+    whole = rm.score(worker.model, worker.tokenizer, batch_p, batch_r).tolist()
+    assert max(abs(a - b) for a, b in zip(worker.score(batch_p, batch_r, ["0"] * 24), whole)) < 1e-4
+    assert len(read[-1]) == 8
 
 
 def test_nano3_rl_becomes_a_nemo_rl_config_with_the_allocation_and_inputs(tmp_path):
