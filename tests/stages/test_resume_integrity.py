@@ -4,7 +4,8 @@ one, or one that would train zero steps of an unfinished run is refused in one l
 
 The stages run for real on the data stage's output, from a briefly pretrained model, with few steps
 (what the model learns does not matter here, only that two paths give the same bytes). The RL
-stages share one local Ray head, as the actors of a job share its allocation's.
+stages run their actors in the stage's process (rl.cluster.actors=local): resuming is the trainer's
+checkpoint, the same with Ray actors; tests/slurm/test_rl_preemption.py resumes GRPO on Ray.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ SFT = ["sft.steps=8", "sft.warmup=2", "sft.batch_size=32", "sft.checkpoint_every
 RM = ["rm.steps=6", "rm.warmup=2", "rm.batch_size=16", "rm.held_out=0.02", "rm.checkpoint_every=100", "rm.log_every=2"]
 RL = ["rl.grpo.num_prompts_per_step=8", "rl.grpo.num_generations_per_prompt=4", "rl.grpo.val_period=100",
       "rl.grpo.max_val_samples=8", "rl.policy.warmup=1", "rl.checkpointing.save_period=100",
-      "rl.cluster.threads=1"]
+      "rl.cluster.threads=1", "rl.cluster.actors=local"]
 GRPO = [*RL, "rl.grpo.max_num_steps=3"]
 DPO = [*RL, "rl.algorithm=dpo", "rl.dpo.max_num_steps=3", "rl.dpo.pairs=offline", "rl.dpo.num_pairs_per_step=16"]
 
@@ -66,14 +67,6 @@ def base(data, tmp_path_factory) -> Path:
     ctx = context("pretrain", ["pretrain.steps=3", "pretrain.warmup=1"],
                   {"corpus": data["corpus"], "tokenizer": data["tokenizer"]}, tmp_path_factory.mktemp("base"))
     return pretrain.run(ctx)["model"]
-
-
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    from runtime import ray_cluster
-
-    with ray_cluster.head(Distributed(), tmp_path_factory.mktemp("ray")) as address:
-        yield address
 
 
 def stopped_and_resumed(module, stage: str, overrides: list[str], inputs: dict, tmp_path: Path, stop_at: int,
@@ -169,24 +162,37 @@ def rl_inputs(data: dict, base: Path, reward_model: Path | None = None) -> dict:
     return {"policy": base, "prompts": data["rl"], "prefs": data["prefs"], "reward_model": reward_model or base}
 
 
-def test_grpo_resumes_to_bit_identical_weights(data, base, reward_model, ray_head, tmp_path):
+def test_grpo_resumes_to_bit_identical_weights(data, base, reward_model, tmp_path):
     from stages import rl
 
     whole, resumed, ckpt = stopped_and_resumed(rl, "rl", [*GRPO, "rl.reward.kind=reward_model"],
-                                               rl_inputs(data, base, reward_model), tmp_path, 2, "model", "rl",
-                                               ray_address=ray_head)
+                                               rl_inputs(data, base, reward_model), tmp_path, 2, "model", "rl")
     assert ckpt["step"] == 2 and ckpt["run_id"] == "run-a" and set(ckpt["inputs"]) == {"policy", "prompts", "prefs", "reward_model"}
     assert files(whole) == files(resumed)
     assert files(whole)["model.safetensors"] != files(base)["model.safetensors"]    # GRPO did change the weights
     assert resumed_from(tmp_path / "cut", "rl/resumed_from") == [2]
 
 
-def test_dpo_resumes_to_bit_identical_weights_and_refuses_another_runs_checkpoint(data, base, ray_head, tmp_path):
+def test_actors_in_process_write_the_bytes_ray_actors_write(data, base, reward_model, tmp_path):
+    """GRPO on the reward model, its rollout, reward and trainer actors on a local Ray cluster (the
+    recipe's default) and in the stage's process (rl.cluster.actors=local, as every RL test here and
+    tests/stages/test_rl.py's methods run them): the same weights, byte for byte."""
+    from stages import rl
+
+    inputs = rl_inputs(data, base, reward_model)
+    overrides = [*GRPO, "rl.reward.kind=reward_model"]
+    local = rl.run(context("rl", overrides, inputs, tmp_path / "local"))["model"]
+    on_ray = rl.run(context("rl", [*overrides, "rl.cluster.actors=ray"], inputs, tmp_path / "ray"))["model"]
+    assert files(on_ray) == files(local)
+    assert files(local)["model.safetensors"] != files(base)["model.safetensors"]
+
+
+def test_dpo_resumes_to_bit_identical_weights_and_refuses_another_runs_checkpoint(data, base, tmp_path):
     from stages import rl
     from stages.ml.loop import ResumeRefused
 
     inputs = rl_inputs(data, base)
-    whole, resumed, ckpt = stopped_and_resumed(rl, "rl", DPO, inputs, tmp_path, 2, "model", "rl", ray_address=ray_head)
+    whole, resumed, ckpt = stopped_and_resumed(rl, "rl", DPO, inputs, tmp_path, 2, "model", "rl")
     assert ckpt["step"] == 2
     assert files(whole) == files(resumed)
     assert files(whole)["model.safetensors"] != files(base)["model.safetensors"]
@@ -195,7 +201,7 @@ def test_dpo_resumes_to_bit_identical_weights_and_refuses_another_runs_checkpoin
     other.mkdir(parents=True)
     shutil.copy(tmp_path / "cut" / "checkpoints" / "rl.pt", other / "rl.pt")
     with pytest.raises(ResumeRefused) as e:
-        rl.run(context("rl", DPO, inputs, tmp_path / "other", run_id="run-b", ray_address=ray_head))
+        rl.run(context("rl", DPO, inputs, tmp_path / "other", run_id="run-b"))
     assert "\n" not in str(e.value) and f"checkpoint {other / 'rl.pt'} belongs to run run-a" in str(e.value)
     assert not (tmp_path / "other" / "outputs").exists()
 

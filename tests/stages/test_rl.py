@@ -30,6 +30,12 @@ pytestmark = pytest.mark.slow
 # that smallest gain, so that another host's seed 1234 (training is bit-deterministic on one host but
 # not across CPUs: another draw) has room, and at least four times the noise of one evaluation of a
 # fixed model (greedy on 500 prompts: binomial standard error at most 0.022; pass@1 from 8 samples less).
+# The methods below run their actors in the stage's process (rl.cluster.actors=local): the same
+# classes and calls without a Ray cluster and three processes importing torch. Ray actors write the
+# same bytes (tests/stages/test_resume_integrity.py; on this suite's seed 1234 pipeline, on-policy and
+# offline DPO gave the same model artifact IDs both ways); the pipeline's GRPO, the vLLM test and
+# tests/slurm run on Ray.
+LOCAL = ["rl.cluster.actors=local"]
 MARGINS = {"grpo": (0.15, 0.12), "dpo": (0.18, 0.11), "dpo_offline": (0.14, 0.10), "grpo_rm": (0.12, 0.09)}
 
 
@@ -76,7 +82,7 @@ def test_grpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
 
 
 def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
-    r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl,eval", "rl.algorithm=dpo",
+    r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl,eval", "rl.algorithm=dpo", *LOCAL,
                  "tracking.wandb=disabled", timeout=1800)
     assert r.code == 0, r.out + r.err
     view = rl_run(pipeline, **{"algorithm": "dpo", "dpo.pairs": "on_policy"})
@@ -94,7 +100,7 @@ def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
 
 def test_offline_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl,eval", "rl.algorithm=dpo", "rl.dpo.pairs=offline",
-                 "tracking.wandb=disabled", timeout=1800)
+                 *LOCAL, "tracking.wandb=disabled", timeout=1800)
     assert r.code == 0, r.out + r.err
     view = rl_run(pipeline, **{"algorithm": "dpo", "dpo.pairs": "offline"})
     assert view.spec["config"]["rl"]["dpo"]["pair_kinds"] == ["sum"]   # the recipe's: right vs wrong sums
@@ -107,7 +113,7 @@ def test_grpo_on_the_reward_model_raises_held_out_accuracy_and_keeps_answering_w
     -> 0.0). With it, GRPO on the reward model's scores lifts held-out accuracy, and every greedy
     answer at the end is still a number of at most three digits."""
     r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl,eval", "rl.reward.kind=reward_model",
-                 "tracking.wandb=disabled", timeout=1800)
+                 *LOCAL, "tracking.wandb=disabled", timeout=1800)
     assert r.code == 0, r.out + r.err
     view = rl_run(pipeline, **{"reward.kind": "reward_model"})
     assert_lifts(pipeline, "grpo_rm", view)
