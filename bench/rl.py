@@ -1,8 +1,8 @@
 """GRPO step throughput: our rl stage against TRL's GRPOTrainer, same model, prompts and shapes.
 
     .venv/bin/python bench/rl.py [--store /tmp/jobs-bench-rl] [--prompts 32] [--generations 8]
-                                 [--steps 12] [--skip 2] [--max-new-tokens 5] [--threads 1]
-                                 [--rounds 1] [--dynamic]
+                                 [--steps 12] [--skip 2] [--max-new-tokens 5] [--min-new-tokens 0]
+                                 [--threads 1] [--rounds 1] [--dynamic]
 
 A like-for-like pair on one machine, measured in one run: the tiny recipe's SFT model (built into
 --store on first use: data, pretrain, sft, and a 10-step rm that rl's inputs require but the
@@ -14,12 +14,13 @@ divided by the group's std (ours: `use_leave_one_out_baseline=false`; TRL's defa
 (0.9, 0.95) with no weight decay, a constant learning rate from the first step (ours: warmup 0 and
 min_lr_ratio 1; TRL: lr_scheduler_type constant), gradients clipped at norm 1.
 
---model pretrain samples from the pretrained model instead, with a larger --max-new-tokens (say 24),
-meant to give completions longer than the prompt (~7 tokens). Neither side suppresses <eos>, so how
-long they run is what pretraining taught the model: read tokens/step in the table before calling a
-run the long-completion shape (a pretrained model that stops early gives shorter completions than
-the SFT model). Ours packs each group's prompt once: the larger the prompt's share of the tokens,
-the more that saves, so long completions show the gain where it is smallest.
+The long-completion shape: --min-new-tokens N --max-new-tokens M gives completions of N to M tokens
+on both sides, longer than the prompt (~7 tokens) when N > 7: <eos> gets probability 0 for the
+first N new tokens (ours: rl.generation.min_new_tokens; TRL: generation_kwargs min_new_tokens, HF's
+processor; both take log-probs from the unmasked policy). Without it the model ends its answer
+after ~2.5 tokens (the SFT model, and the pretrained one too: --model pretrain). Ours packs each
+group's prompt once: the larger the prompt's share of the tokens, the more that saves, so long
+completions show the gain where it is smallest.
 
 Ours: `jobs submit tiny --stage rl` (local executor, Ray actors); each step logs `rl/step_time_s`
 (generation, reward, train step, refit) and `rl/generated_tokens` (eos included) to metrics.jsonl.
@@ -100,6 +101,7 @@ def run_ours(store: Path, a: argparse.Namespace, dynamic: bool = False) -> dict:
         f"rl.grpo.num_generations_per_prompt={a.generations}", f"rl.grpo.max_num_steps={a.steps}",
         "rl.generation.backend=hf", f"rl.generation.max_new_tokens={a.max_new_tokens}",
         "rl.generation.temperature=1.0", f"rl.loss_fn.reference_policy_kl_penalty={a.kl}",
+        f"rl.generation.min_new_tokens={a.min_new_tokens}",
         f"rl.policy.lr={a.lr}", f"rl.cluster.threads={a.threads}",
         # false: TRL trains on every group; so do we, like for like. true: the recipe's default, which
         # trains only on groups whose rewards differ (the others have zero advantage).
@@ -163,6 +165,7 @@ def run_trl(model_dir: Path, prompts_dir: Path, a: argparse.Namespace) -> dict:
         # Our loop's optimizer and schedule (stages/ml/loop.py): AdamW (0.9, 0.95), no decay, constant lr.
         adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0, lr_scheduler_type="constant", warmup_steps=0,
         max_grad_norm=1.0, scale_rewards="group",
+        generation_kwargs={"min_new_tokens": a.min_new_tokens} if a.min_new_tokens else None,
     )
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=exact_match, args=config,
                           train_dataset=Dataset.from_list(rows), callbacks=[StepClock()])
@@ -181,6 +184,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip", type=int, default=2, help="first steps of each side not counted (warm-up)")
     ap.add_argument("--max-new-tokens", type=int, default=5, help="T")
+    ap.add_argument("--min-new-tokens", type=int, default=0, help="no <eos> before this many new tokens, both sides")
     ap.add_argument("--kl", type=float, default=0.01, help="K: k3 KL coefficient (TRL's beta)")
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides (1: the machine is shared)")
@@ -217,7 +221,7 @@ def main() -> None:
     import trl as trl_pkg
 
     print(f"`{command}`, {date}; policy: tiny's {a.model} model; P={a.prompts} prompts x G={a.generations} samples, T={a.max_new_tokens} new "
-          f"tokens, KL {a.kl}, lr {a.lr}, {a.threads} torch threads; {a.steps} steps, first {a.skip} not counted; "
+          f"tokens (at least {a.min_new_tokens}), KL {a.kl}, lr {a.lr}, {a.threads} torch threads; {a.steps} steps, first {a.skip} not counted; "
           f"TRL {trl_pkg.__version__}; {os.cpu_count()} cores\n")
     print("| | s/step | steps/min | generated tokens/s | tokens/step | mean reward | load avg 1/5/15 min before -> after |\n"
           "|---|---:|---:|---:|---:|---:|---|")

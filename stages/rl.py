@@ -64,7 +64,8 @@ TORCH = Map({
                 "sft_loss_weight": Float(0, 1000), "lr": Float(0, 1, open_lo=True), "max_num_steps": _STEPS}, extra=True),
     "policy": Map({"lr": Float(0, 1, open_lo=True), "warmup": Int(0, 10**7), "min_lr_ratio": Float(0, 1),
                    "weight_decay": Float(0, 10), "max_grad_norm": Float(0, 1e6, open_lo=True)}, extra=True),
-    "generation": Map({"temperature": Float(0, 100), "max_new_tokens": Int(1, 1 << 20)}, extra=True),
+    "generation": Map({"temperature": Float(0, 100), "max_new_tokens": Int(1, 1 << 20),
+                       "min_new_tokens": Int(0, 1 << 20, required=False)}, extra=True),
     "cluster": Map({"rollout_workers": Int(0, 1024), "reward_workers": Int(0, 1024),
                     "threads": Int(1, 4096, null=True, required=False),
                     "actors": Str(choices=ACTORS, required=False)}, extra=True),
@@ -100,6 +101,9 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
         problems.append("rl.grpo.num_generations_per_prompt must be >= 2 (advantages compare a group's samples)")
     if cfg["generation"]["temperature"] <= 0:
         problems.append("rl.generation.temperature must be > 0 (rollouts are sampled)")
+    if cfg["generation"].get("min_new_tokens", 0) > cfg["generation"]["max_new_tokens"]:
+        problems.append(f"rl.generation.min_new_tokens {cfg['generation']['min_new_tokens']} exceeds "
+                        f"rl.generation.max_new_tokens {cfg['generation']['max_new_tokens']}")
     if cfg["dpo"]["pairs"] not in ("offline", "on_policy"):
         problems.append(f"rl.dpo.pairs must be offline or on_policy (got {cfg['dpo']['pairs']!r})")
     kinds = cfg["dpo"].get("pair_kinds")
@@ -303,6 +307,7 @@ class Actors:
             self.trainer = ray.remote(PolicyTrainer).options(num_cpus=cl["trainer_cpus"],
                                                              **({"num_gpus": gpu} if gpu else {})).remote(*trainer)
         self.max_new_tokens = cfg["generation"]["max_new_tokens"]
+        self.min_new_tokens = cfg["generation"].get("min_new_tokens", 0)   # rollouts only, not validation
         self.refit_dir = refit_dir
 
     def get(self, futures):
@@ -314,8 +319,11 @@ class Actors:
         return ray.get(futures)
 
     def generate(self, prompts: list[list[int]], n: int, temperature: float, seed: int) -> list[list[list[int]]]:
-        """n responses per prompt, the prompts split over the rollout workers (order kept)."""
-        futures = [w.generate.remote(part, n, temperature, self.max_new_tokens, seed * 97 + k)
+        """n responses per prompt, the prompts split over the rollout workers (order kept); sampled
+        ones (rollouts) at least rl.generation.min_new_tokens long, greedy ones (validation) as the
+        model ends them."""
+        least = self.min_new_tokens if temperature > 0 else 0
+        futures = [w.generate.remote(part, n, temperature, self.max_new_tokens, seed * 97 + k, least)
                    for k, (w, part) in enumerate(zip(self.workers, shards(prompts, len(self.workers)))) if part]
         return [group for out in self.get(futures) for group in out]
 

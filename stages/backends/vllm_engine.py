@@ -86,7 +86,7 @@ class VLLMEngine:
             )
 
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float, max_new_tokens: int,
-                 seed: int) -> list[list[list[int]]]:
+                 seed: int, min_new_tokens: int = 0) -> list[list[list[int]]]:
         """Per prompt (token ids, already starting with <bos>), n responses as token-id lists: the
         generated tokens only, ending with <eos> when one was generated. temperature 0 = greedy.
         Same seed -> same output. A response also stops where prompt + response fill max_model_len."""
@@ -96,7 +96,7 @@ class VLLMEngine:
         # One seed per prompt (vLLM gives sample j of a prompt seed + j): equal prompts in a batch
         # still draw different responses, and the whole call depends only on `seed`.
         rng = random.Random(seed)
-        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens,
+        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, min_tokens=min_new_tokens,
                                  seed=rng.getrandbits(48), stop_token_ids=[self.eos], detokenize=False)
                   for _ in prompts]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)

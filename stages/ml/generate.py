@@ -9,9 +9,10 @@ from stages.ml import lm
 
 def generate_ids(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, *, samples: int = 1,
                  temperature: float = 0.0, top_p: float = 1.0, batch_size: int = 256,
-                 seed: int = 0) -> list[list[list[int]]]:
+                 seed: int = 0, min_new_tokens: int = 0) -> list[list[list[int]]]:
     """Per prompt (token ids), `samples` responses as token ids, cut after the first <eos> (kept).
-    top_p < 1 samples from the smallest set of tokens whose probability reaches top_p (nucleus)."""
+    top_p < 1 samples from the smallest set of tokens whose probability reaches top_p (nucleus).
+    min_new_tokens > 0: <eos> cannot come before that many new tokens (HF's min_new_tokens)."""
     import torch
 
     torch.manual_seed(seed)
@@ -27,7 +28,7 @@ def generate_ids(model, tokenizer, prompts: list[list[int]], max_new_tokens: int
                 do_sample=not greedy, temperature=None if greedy else temperature, top_k=None,
                 top_p=None if greedy or top_p >= 1 else top_p,
                 num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=eos, use_cache=True,
+                eos_token_id=eos, use_cache=True, **({"min_new_tokens": min_new_tokens} if min_new_tokens else {}),
             )
         responses = []
         for row in gen[:, ids.shape[1]:].tolist():
@@ -45,11 +46,13 @@ def complete(model, tokenizer, prompts: list[str], max_new_tokens: int, *, sampl
 
 
 def sample_shared(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, *, samples: int,
-                  temperature: float, batch_size: int = 256, seed: int = 0) -> list[list[list[int]]]:
+                  temperature: float, batch_size: int = 256, seed: int = 0,
+                  min_new_tokens: int = 0) -> list[list[list[int]]]:
     """`generate_ids` sampling at `temperature` (> 0), with each prompt's forward pass run once and
     its KV cache shared by its `samples` continuations (HF `generate` repeats the prompt `samples`
     times first). The same draws from the same seed: the tokens of `generate_ids`, unless a float
-    rounding difference moves a probability across a uniform draw (tests/stages/test_rl_packing.py)."""
+    rounding difference moves a probability across a uniform draw (tests/stages/test_rl_packing.py).
+    min_new_tokens: <eos> gets probability 0 for the first that many new tokens (as `generate_ids`'s)."""
     import torch
     import torch.nn.functional as F
 
@@ -70,6 +73,8 @@ def sample_shared(model, tokenizer, prompts: list[list[int]], max_new_tokens: in
             done = torch.zeros(len(mask), dtype=torch.bool, device=mask.device)
             new = []
             for t in range(max_new_tokens):
+                if t < min_new_tokens:
+                    logits[:, eos] = float("-inf")
                 token = torch.multinomial(F.softmax(logits / temperature, dim=-1), num_samples=1).squeeze(1)
                 token = token.masked_fill(done, pad)        # a finished row only pads (as `generate`)
                 new.append(token)

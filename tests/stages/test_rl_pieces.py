@@ -30,6 +30,7 @@ def test_the_tiny_config_is_valid_and_every_problem_is_reported_at_once():
     ("~rl.dpo", "rl.dpo is missing"),
     ("rl.grpo.num_prompts_per_step=abc", "rl.grpo.num_prompts_per_step must be an integer in [1, 1048576] (got 'abc')"),
     ("rl.dpo.pair_kinds=[]", "rl.dpo.pair_kinds must be a non-empty list of pair kinds, or null for all (got [])"),
+    ("rl.generation.min_new_tokens=6", "rl.generation.min_new_tokens 6 exceeds rl.generation.max_new_tokens 5"),
 ])
 def test_bad_rl_config_is_refused_by_submit_before_anything_is_recorded(tmp_path, override, message):
     store = tmp_path / "store"
