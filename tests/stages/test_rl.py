@@ -25,18 +25,21 @@ pytestmark = pytest.mark.slow
 #   grpo         greedy +0.208 / +0.340 / +0.366, pass@1 +0.167 / +0.251 / +0.281 (std 0.085 / 0.059)
 #   dpo          greedy +0.242 / +0.364 / +0.364, pass@1 +0.157 / +0.238 / +0.273 (std 0.070 / 0.059)
 #   dpo_offline  greedy +0.192 / +0.336 / +0.356, pass@1 +0.130 / +0.189 / +0.233 (std 0.089 / 0.051)
-#   grpo_rm      greedy +0.154 / +0.280 / +0.338, pass@1 +0.125 / +0.182 / +0.253 (std 0.094 / 0.064)
+#   grpo_rm      greedy +0.134 / +0.276 / +0.338, pass@1 +0.098 / +0.177 / +0.253 (std 0.105 / 0.078)
+#                (after the reward model scores each distinct answer once, another draw: 15:12-15:32 UTC,
+#                bench/results/rl_seeds-grpo_rm-2026-11-26.md)
 # Seed 1234, this suite's, gives every method its smallest gain. Each margin is about three quarters of
 # that smallest gain, so that another host's seed 1234 (training is bit-deterministic on one host but
 # not across CPUs: another draw) has room, and at least four times the noise of one evaluation of a
-# fixed model (greedy on 500 prompts: binomial standard error at most 0.022; pass@1 from 8 samples less).
+# fixed model (greedy on 500 prompts: binomial standard error at most 0.022; pass@1 from 8 samples: the
+# standard error over prompts of the share of right samples, 0.016-0.018 for the RL models of seed 1234).
 # The methods below run their actors in the stage's process (rl.cluster.actors=local): the same
 # classes and calls without a Ray cluster and three processes importing torch. Ray actors write the
 # same bytes (tests/stages/test_resume_integrity.py; on this suite's seed 1234 pipeline, on-policy and
 # offline DPO gave the same model artifact IDs both ways); the pipeline's GRPO, the vLLM test and
 # tests/slurm run on Ray.
 LOCAL = ["rl.cluster.actors=local"]
-MARGINS = {"grpo": (0.15, 0.12), "dpo": (0.18, 0.11), "dpo_offline": (0.14, 0.10), "grpo_rm": (0.12, 0.09)}
+MARGINS = {"grpo": (0.15, 0.12), "dpo": (0.18, 0.11), "dpo_offline": (0.14, 0.10), "grpo_rm": (0.10, 0.07)}
 
 
 def results(store, model: str) -> dict:
