@@ -10,11 +10,14 @@ venv="$root/.venv-bridge"
 stamp="$venv/.installed-$(sha256sum "$0" | cut -c1-16)"
 [ -f "$stamp" ] && exit 0
 python3.11 -m venv "$venv"
-"$venv/bin/pip" install -q --upgrade pip
-# --no-compile: modules are byte-compiled on first import instead (most are never imported).
-pip=("$venv/bin/pip" install -q --no-compile)
-# torch first and pinned: the CPU build on local disk; anything else would fetch CUDA wheels.
-"${pip[@]}" torch==2.13.0
+# uv installs, as dev/setup.sh (one resolve, parallel unpacking, no byte code); torch pinned, from
+# where this machine's pip finds it (the CPU build on local disk): anything else would fetch CUDA wheels.
+"$venv/bin/pip" install -q uv==0.13.9
+wheels=$(mktemp -d)
+trap 'rm -rf "$wheels"' EXIT
+"$venv/bin/pip" download -q --no-deps torch==2.13.0 -d "$wheels"
+echo "torch==2.13.0" >"$wheels/pin.txt"
+uv=("$venv/bin/uv" pip install -q --python "$venv/bin/python" --find-links "$wheels" -c "$wheels/pin.txt")
 # Both with --no-deps: their declared dependencies include Transformer Engine and other CUDA-only
 # packages. The rest is the smallest set the tests' paths import (measured by removing each):
 # transformers/huggingface-hub at Bridge 0.3.1's pins (<5, <1.0), installed in the same command
@@ -22,9 +25,9 @@ pip=("$venv/bin/pip" install -q --no-compile)
 # imports it at load); datasets, megatron-energon, nvidia-modelopt, omegaconf, einops (imported by
 # megatron.bridge at module level); tensorboard (checkpoint saving). Not needed here: hydra-core,
 # accelerate.
-"${pip[@]}" --no-deps megatron-core==0.16.1 megatron-bridge==0.3.1
-"${pip[@]}" transformers==4.57.6 huggingface-hub==0.36.2 triton datasets megatron-energon nvidia-modelopt \
-  omegaconf tensorboard einops pyyaml
+"${uv[@]}" --no-deps megatron-core==0.16.1 megatron-bridge==0.3.1
+"${uv[@]}" torch==2.13.0 transformers==4.57.6 huggingface-hub==0.36.2 triton datasets megatron-energon \
+  nvidia-modelopt omegaconf tensorboard einops pyyaml
 "$venv/bin/python" - <<'EOF'
 import torch, transformers
 assert torch.__version__.startswith("2.13.0"), torch.__version__

