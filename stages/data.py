@@ -199,15 +199,22 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _train_tokenizer(out: Path, corpus: Path) -> Path:
-    """One token per character: sums are learned digit by digit, which merges would hide."""
-    from tokenizers import Tokenizer, decoders, models, trainers
-    from transformers import PreTrainedTokenizerFast
+    """One token per character: sums are learned digit by digit, which merges would hide.
+
+    Written with the tokenizers library alone, as the two files transformers' fast tokenizer saves
+    for it (its post-processor and its tokenizer_config.json, byte for byte: tests/stages/test_data.py):
+    importing transformers would cost this stage process more than everything else it does."""
+    from tokenizers import Tokenizer, decoders, models, processors, trainers
 
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.decoder = decoders.Fuse()
     trainer = trainers.BpeTrainer(vocab_size=len(SPECIALS) + len(ALPHABET), special_tokens=SPECIALS,
                                   initial_alphabet=list(ALPHABET), show_progress=False)
     tok.train([str(corpus)], trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>")
-    fast.save_pretrained(out)
+    tok.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B:1", special_tokens=[])
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    config = {"backend": "tokenizers", "tokenizer_class": "TokenizersBackend", "model_max_length": int(1e30),
+              "pad_token": "<pad>", "bos_token": "<bos>", "eos_token": "<eos>"}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return out

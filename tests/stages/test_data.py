@@ -66,3 +66,29 @@ def test_check_config_refuses_splits_that_leave_no_training_pairs(overrides, mes
 
     problems = data.check_config(recipes.compose(recipes.load("tiny"), "data", overrides))
     assert len(problems) == 1 and message in problems[0], problems
+
+
+def test_the_tokenizer_folder_is_what_transformers_saves_for_that_tokenizer(tmp_path):
+    """The data stage writes its tokenizer without importing transformers; the folder must be the one
+    transformers' own save_pretrained writes for the same trained tokenizer, and load back as it."""
+    from tokenizers import Tokenizer, decoders, models, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from stages import data
+
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("0 1 2 3 4 5 6 7 8 9\n12+30=42\n7+8=15\n")
+    ours = data._train_tokenizer(tmp_path / "ours", corpus)
+    # The same trained tokenizer, left for transformers to complete and save.
+    raw = Tokenizer(models.BPE(unk_token=None))
+    raw.decoder = decoders.Fuse()
+    raw.train([str(corpus)], trainers.BpeTrainer(vocab_size=len(data.SPECIALS) + len(data.ALPHABET), show_progress=False,
+                                                 special_tokens=data.SPECIALS, initial_alphabet=list(data.ALPHABET)))
+    theirs = tmp_path / "theirs"
+    PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>").save_pretrained(theirs)
+    assert sorted(f.name for f in theirs.iterdir()) == sorted(f.name for f in ours.iterdir())
+    for f in theirs.iterdir():
+        assert (ours / f.name).read_bytes() == f.read_bytes(), f.name
+    tok = AutoTokenizer.from_pretrained(ours)
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id) == (0, 1, 2)
+    assert tok.decode(tok("45+17=62")["input_ids"]) == "45+17=62" and len(tok("45+17=62")["input_ids"]) == 8
