@@ -10,14 +10,8 @@ venv="$root/.venv-bridge"
 stamp="$venv/.installed-$(sha256sum "$0" | cut -c1-16)"
 [ -f "$stamp" ] && exit 0
 python3.11 -m venv "$venv"
-# uv installs, as dev/setup.sh (one resolve, parallel unpacking, no byte code); torch pinned, from
-# where this machine's pip finds it (the CPU build on local disk): anything else would fetch CUDA wheels.
-"$venv/bin/pip" install -q uv==0.13.9
-wheels=$(mktemp -d)
-trap 'rm -rf "$wheels"' EXIT
-"$venv/bin/pip" download -q --no-deps torch==2.13.0 -d "$wheels"
-echo "torch==2.13.0" >"$wheels/pin.txt"
-uv=("$venv/bin/uv" pip install -q --python "$venv/bin/python" --find-links "$wheels" -c "$wheels/pin.txt")
+. "$root/dev/uv.sh"   # uv_setup: uv, and torch pinned to the CPU build
+uv_setup "$venv"
 # Both with --no-deps: their declared dependencies include Transformer Engine and other CUDA-only
 # packages. The rest is the smallest set the tests' paths import (measured by removing each):
 # transformers/huggingface-hub at Bridge 0.3.1's pins (<5, <1.0), installed in the same command

