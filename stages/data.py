@@ -202,8 +202,8 @@ def _train_tokenizer(out: Path, corpus: Path) -> Path:
     """One token per character: sums are learned digit by digit, which merges would hide.
 
     Written with the tokenizers library alone, as the two files transformers' fast tokenizer saves
-    for it (its post-processor and its tokenizer_config.json, byte for byte: tests/stages/test_data.py):
-    importing transformers would cost this stage process more than everything else it does."""
+    for it (its post-processor and its tokenizer_config.json, byte for byte: tests/stages/test_data.py),
+    so that this stage's process does not import transformers, the larger part of its start-up."""
     from tokenizers import Tokenizer, decoders, models, processors, trainers
 
     tok = Tokenizer(models.BPE(unk_token=None))
