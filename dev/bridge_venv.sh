@@ -3,11 +3,11 @@
 # tests/stages/test_bridge_real.py (AutoBridge round trip, recipe + our overrides -> validate()).
 # A separate venv because Bridge 0.3.1 needs transformers<5 and huggingface-hub<1, the project
 # venv has transformers 5. Bridge >= 0.4 needs Python >= 3.12, which these machines lack.
-# Idempotent: a second run with this file unchanged only checks the stamp.
+# Idempotent: a second run with this file and dev/uv.sh unchanged only checks the stamp.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv-bridge"
-stamp="$venv/.installed-$(sha256sum "$0" | cut -c1-16)"
+stamp="$venv/.installed-$(cat "$0" "$root/dev/uv.sh" | sha256sum | cut -c1-16)"
 [ -f "$stamp" ] && exit 0
 python3.11 -m venv "$venv"
 . "$root/dev/uv.sh"   # uv_setup: uv, and torch pinned to the CPU build
