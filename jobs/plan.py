@@ -101,13 +101,13 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
                 chooser.default(inp.role, resolved[inp.role])
         notes += chooser.finish()
         config = recipes.compose(recipe, st.name, routed[st.name])
-        _check_config(recipe.name, st, config)
+        module = _check_config(recipe.name, st, config)
         plans.append(StagePlan(
             recipe=recipe.name, stage=st.name, module=st.module, config=config,
             inputs=resolved, upstream=upstream,
             input_kinds={i.role: i.kind for i in st.inputs},
             outputs=dict(st.outputs), resources=dict(st.resources),
-            container=st.container, ray=st.ray,
+            container=st.container, ray=st.ray and getattr(module, "uses_ray", lambda _: True)(config),
         ))
     return Plan(recipe=recipe.name, executor=executor, stages=plans, code=code_state(), environment=python_env(),
                 notes=notes)
@@ -136,10 +136,10 @@ def plan_from_record(store: Store, view, executor: str) -> Plan:
     return Plan(recipe=s.recipe, executor=executor, stages=[stage], code=code, environment=python_env())
 
 
-def _check_config(recipe: str, st, config: dict) -> None:
+def _check_config(recipe: str, st, config: dict):
     """The stage contract: the module imports, has `run(ctx)`, and its `check_config(config)` (given
     `resources=` too when it takes them) finds no problem. Bad values are refused here, before
-    anything is recorded, instead of failing inside the job after a queue wait."""
+    anything is recorded, instead of failing inside the job after a queue wait. Returns the module."""
     import inspect
 
     from stages.contract import StageModule
@@ -167,6 +167,7 @@ def _check_config(recipe: str, st, config: dict) -> None:
     if problems:
         text = "; ".join(" ".join(str(p).split()) for p in problems)
         raise RecipeError(f"{where}: {text}")
+    return module
 
 
 def _check_explicit_roles(explicit: dict[str, str], selected: list) -> None:

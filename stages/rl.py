@@ -115,6 +115,13 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     return problems
 
 
+def uses_ray(config: dict) -> bool:
+    """Whether the job starts its Ray cluster: not with `rl.cluster.actors: local`, whose actors all
+    live in the stage's process (the image needs no Ray either)."""
+    cfg = config["rl"]
+    return cfg.get("backend", "torch") != "torch" or cfg["cluster"].get("actors", "ray") != "local"
+
+
 def preview(config: dict, resources: dict) -> str | None:
     """For `jobs submit --dry-run`: the NeMo RL config and command a nemo_rl job will run."""
     if config["rl"].get("backend") != "nemo_rl":
@@ -144,6 +151,9 @@ def run(ctx) -> dict[str, Path]:
     problems = check_config(ctx.config)
     if problems:
         raise StageError("rl: " + "; ".join(problems))
+    local = cfg["cluster"].get("actors", "ray") == "local"
+    if local and not ctx.dist.is_main:
+        return {}   # every actor lives in rank 0's process; another node of the allocation has no part
     import torch
 
     from stages.ml.losses import group_advantages
@@ -162,8 +172,7 @@ def run(ctx) -> dict[str, Path]:
         raise StageError(f"rl: prompt + rl.generation.max_new_tokens = {longest} tokens exceeds the policy's positions")
 
     # The Ray cluster of this allocation (a local one when run outside a job), and its actors; or
-    # the same actors in this process.
-    local = cfg["cluster"].get("actors", "ray") == "local"
+    # the same actors in this process (then the job started no cluster: uses_ray).
     if not local:
         import ray
 

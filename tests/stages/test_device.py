@@ -47,8 +47,18 @@ def test_device_of_resolves_auto_to_what_this_node_has_and_refuses_cuda_without_
         lm.device_of({"device": "cuda"})
 
 
-def test_rl_actors_are_ray_or_local():
+def test_rl_actors_are_ray_or_local_and_local_ones_need_no_ray(tmp_path):
     recipe = recipes.load("tiny")
     assert rl.check_config(recipes.compose(recipe, "rl", ["rl.cluster.actors=local"])) == []
     assert rl.check_config(recipes.compose(recipe, "rl", ["rl.cluster.actors=moon"])) == \
         ["rl.cluster.actors must be one of ray, local (got 'moon')"]
+    # The plan gives the job a Ray cluster only when its actors live there; an image without Ray then
+    # runs the stage (tests/stages/test_rl.py: the pipeline's in-process run started no cluster).
+    from jobs.plan import make_plan
+    from lineage import Store
+    from runtime import image
+
+    for actors, ray in (("ray", True), ("local", False)):
+        plan = make_plan(Store(tmp_path / "store"), "tiny", "all", overrides=[f"rl.cluster.actors={actors}"])
+        (stage,) = [s for s in plan.stages if s.stage == "rl"]
+        assert stage.ray is ray and ("ray" in image.needs(vars(stage))) is ray

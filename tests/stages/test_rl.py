@@ -77,6 +77,9 @@ def assert_lifts(store, method: str, view) -> None:
 def test_grpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     rl = rl_run(pipeline, **{"algorithm": "grpo", "reward.kind": "verifier", "generation.backend": "hf"})
     assert_lifts(pipeline, "grpo", rl)
+    # Its actors ran in the stage's process, so its job started no Ray cluster (no `ray start` logs).
+    assert rl.spec.config["rl"]["cluster"]["actors"] == "local"
+    assert rl.spec.ray is False and not (pipeline.run_dir(rl.id) / "ray").exists()
     # The rollouts' mean reward rose over the run, and so did greedy validation on 200 dev prompts.
     rewards = metric_lines(pipeline, rl, "rl/reward_mean")
     assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.08
@@ -141,6 +144,7 @@ def test_grpo_with_the_vllm_backend_trains_and_its_refits_take_effect(pipeline):
                 if v.state == "SUCCEEDED" and v.spec["config"]["rl"]["generation"]["backend"] == "vllm")
 
     assert len(metric_lines(pipeline, view, "rl/step_time_s")) == 10
+    assert view.spec.ray is True and (pipeline.run_dir(view.id) / "ray").is_dir()   # Ray actors: the job's cluster
     # The last validation ran on vLLM after 10 refits; HF greedy decoding of the registered model and
     # of the SFT model on the same prompts tell whether vLLM held the trained weights.
     last = sorted((pipeline.run_dir(view.id) / "validation").glob("step_*.jsonl"))[-1]
