@@ -62,3 +62,18 @@ def test_rl_actors_are_ray_or_local_and_local_ones_need_no_ray(tmp_path):
         plan = make_plan(Store(tmp_path / "store"), "tiny", "all", overrides=[f"rl.cluster.actors={actors}"])
         (stage,) = [s for s in plan.stages if s.stage == "rl"]
         assert stage.ray is ray and ("ray" in image.needs(vars(stage))) is ray
+
+
+def test_a_second_node_of_an_rl_run_with_local_actors_has_no_part(tmp_path):
+    """Without Ray nothing else runs there: rank 1 returns at once, before it reads an input (none of
+    these paths exists) or loads a model."""
+    from stages.contract import Distributed, StageContext
+
+    config = recipes.compose(recipes.load("tiny"), "rl", ["rl.cluster.actors=local", "tracking.wandb=disabled"])
+    missing = {role: tmp_path / "absent" / role for role in ("policy", "prompts", "prefs", "reward_model")}
+    ctx = StageContext(run_id="run-a", recipe="tiny", stage="rl", config=config, inputs=missing, run_dir=tmp_path,
+                       dist=Distributed(rank=1, world_size=2, nodes=["node1", "node2"]))
+    assert rl.run(ctx) == {}
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(OSError):   # rank 0 of the same context does read its inputs
+        rl.run(StageContext(**{**vars(ctx), "dist": Distributed(rank=0, world_size=2, nodes=["node1", "node2"])}))
