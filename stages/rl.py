@@ -151,7 +151,7 @@ def run(ctx) -> dict[str, Path]:
     problems = check_config(ctx.config)
     if problems:
         raise StageError("rl: " + "; ".join(problems))
-    local = cfg["cluster"].get("actors", "ray") == "local"
+    local = not uses_ray(ctx.config)   # backend torch here: the plan's answer, so the job started no Ray
     if local and not ctx.dist.is_main:
         return {}   # every actor lives in rank 0's process; another node of the allocation has no part
     import torch
