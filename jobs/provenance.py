@@ -118,7 +118,10 @@ def store_snapshot(store: Store, code: dict) -> str:
 
 
 def python_env() -> dict:
-    """The interpreter and every installed distribution, with a digest over the sorted list."""
+    """The interpreter and every installed distribution, with a digest over the sorted list, and the
+    CPU kernels torch would run here (runtime/cpu.py): the same packages give other floats on them."""
+    from runtime.cpu import cpu_kernels
+
     packages = {}
     for dist in metadata.distributions():
         fields = dist.metadata   # parses METADATA; dist.version would parse it again
@@ -130,4 +133,5 @@ def python_env() -> dict:
         "python": platform.python_version(),
         "digest": str(hashing.hash_bytes(listing.encode())),
         "packages": dict(sorted(packages.items())),
+        **({"cpu_kernels": kernels} if (kernels := cpu_kernels()) else {}),
     }

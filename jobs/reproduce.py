@@ -99,6 +99,9 @@ def settle_drift(old: RunView, plan, executor, allow: bool, echo: Callable[[str]
         packages.insert(0, f"python {spec.environment.get('python')} -> {env['python']}")
     if packages:
         drift["python"] = {"recorded": spec.environment.get("digest"), "ran": env["digest"], "changes": packages}
+    kernels = recorded_kernels(old)
+    if kernels and env.get("cpu_kernels") and kernels != env["cpu_kernels"]:
+        drift["cpu_kernels"] = {"recorded": kernels, "ran": env["cpu_kernels"]}
     if drift and not allow:
         raise JobsError(f"{_drift_words(spec, drift)} (--allow-env-drift runs with what is here now and records the drift)")
     if drift:
@@ -106,6 +109,13 @@ def settle_drift(old: RunView, plan, executor, allow: bool, echo: Callable[[str]
     else:
         echo(f"environment matches the record: {now or env['digest'][:23]}")
     return {"reproduces": old.id, **({"env_drift": drift} if drift else {})}
+
+
+def recorded_kernels(view: RunView) -> str | None:
+    """The CPU kernels the run's torch ran on: its last attempt's node's (runtime/cpu.py), else, in a
+    record from before attempts named them, the ones the submitting machine would have run."""
+    ran = [a["cpu_kernels"] for a in view.attempts if a.get("cpu_kernels")]
+    return ran[-1] if ran else view.spec.environment.get("cpu_kernels")
 
 
 def _drift_words(spec: RunSpec, drift: dict) -> str:
@@ -120,6 +130,10 @@ def _drift_words(spec: RunSpec, drift: dict) -> str:
             words.append(f"the run ran in {image['recorded']}, but profile {spec.profile!r} now runs without containers")
         else:
             words.append(f"the run ran without a container, but would now run in {image['ran']}")
+    kernels = drift.get("cpu_kernels")
+    if kernels:
+        words.append(f"the run's torch ran {kernels['recorded']} CPU kernels, here it would run {kernels['ran']} "
+                     f"(other floats; ATEN_CPU_CAPABILITY={kernels['recorded']} runs the recorded ones where the CPU has them)")
     changes = drift.get("python", {}).get("changes", [])
     if changes:
         words.append("environment differs from the record: " + "; ".join(changes[:5])

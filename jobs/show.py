@@ -127,7 +127,8 @@ def print_run(store, idx, run_id: str) -> None:
     for a in v.attempts:
         took = f"{a['end'] - a['start']:.1f} s" if a.get("end") and a.get("start") else ("running" if "exit" not in a else "-")
         why = a.get("reason") or (a.get("error") if a.get("exit") == "error" else None)
-        print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}  {_when(a.get('start'))}  {took}  "
+        kernels = f" ({a['cpu_kernels']})" if a.get("cpu_kernels") else ""
+        print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}{kernels}  {_when(a.get('start'))}  {took}  "
               f"exit {a.get('exit', '-')}" + (f"  ({why})" if why else ""))
     for name, where in sorted(v.trackers.items()):
         print(f"tracker   {name:<10} {where}")

@@ -30,11 +30,14 @@ def fanout(ident: str) -> str:
 
 
 def run_key(spec: dict) -> str:
-    """The identity of what a run computes (recipe, stage, module, config, inputs, code, environment):
+    """The identity of what a run computes (recipe, stage, module, config, inputs, code, environment
+    and, where recorded, the CPU kernels):
     same key, same outputs expected; the run cache and `jobs reproduce` look runs up by it."""
     from lineage.hashing import hash_json
 
     keyed = {k: spec.get(k) for k in ("recipe", "stage", "module", "config", "inputs")}
     keyed["code"] = spec["code"]["snapshot"]
     keyed["environment"] = spec.get("container_image") or spec["environment"].get("digest")
+    if spec["environment"].get("cpu_kernels"):   # other kernels, other floats (runtime/cpu.py)
+        keyed["cpu_kernels"] = spec["environment"]["cpu_kernels"]
     return str(hash_json(keyed))

@@ -95,11 +95,15 @@ def check_image(stage: dict) -> None:
 
 
 def ran_in() -> dict:
-    """What the attempt records about where it ran: the interpreter, and in a container the image
-    and the bundle (as the job's environment names them)."""
+    """What the attempt records about where it ran: the interpreter, the CPU kernels torch runs on
+    this node, and in a container the image and the bundle (as the job's environment names them)."""
     import sys
 
+    from runtime.cpu import cpu_kernels
+
     facts = {"python_executable": sys.executable}
+    if cpu_kernels():
+        facts["cpu_kernels"] = cpu_kernels()
     if os.environ.get(IMAGE_ENV):
         facts["image"] = os.environ[IMAGE_ENV]
     if os.environ.get(BUNDLE_ENV):
