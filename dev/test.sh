@@ -51,6 +51,9 @@ cd "$root"
 # each barrier take the core the other needs (bench/README.md: 3.5-6x slower); passive threads sleep.
 # It changes waiting only, not the arithmetic.
 [ "${JOBS_TEST_WORKERS:-2}" = 0 ] || export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+# JOBS_NO_SKIP: the set-up above provides every library, venv, package and privilege a test needs, so
+# a skipped (or expected-to-fail) test fails the run instead of leaving it green (tests/conftest.py).
+export JOBS_NO_SKIP=${JOBS_NO_SKIP:-1}
 # --durations: every run names its slowest tests (where the suite's time goes).
 exec "$root/.venv/bin/python" -m pytest -n "${JOBS_TEST_WORKERS:-2}" --no-loadscope-reorder \
     -ra --durations=30 "$@"

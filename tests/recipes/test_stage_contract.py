@@ -18,20 +18,10 @@ from jobs import plan, recipes
 from jobs.errors import RecipeError
 
 ALL = [(name, stage) for name in recipes.available() for stage in recipes.load(name).stages]
-# Stages whose check_config does not yet refuse a number given as a string (measured: nano3 rm.max_num_epochs='abc',
-# rl.grpo.num_prompts_per_step='abc' in both recipes are accepted); their owners are on it. Remove when they land.
-PENDING_TYPES: set[tuple[str, str]] = set()  # stages whose check_config misses a retyped number (none now)
 GPU_LIBRARIES = ("megatron", "nemo_rl", "transformer_engine", "vllm", "apex")
 
 
-def case(name, stage, pending=frozenset()):
-    marks = [pytest.mark.xfail(strict=False, reason=f"{name}/{stage}: check_config does not check value types yet")] \
-        if (name, stage) in pending else []
-    return pytest.param(name, stage, marks=marks, id=f"{name}/{stage}")
-
-
-CASES = [case(n, s) for n, s in ALL]
-BROKEN_CASES = [case(n, s, PENDING_TYPES) for n, s in ALL]
+CASES = [pytest.param(n, s, id=f"{n}/{s}") for n, s in ALL]
 
 
 def composed(name: str, stage: str):
@@ -114,7 +104,7 @@ def broken_copies(stage: str, config: dict):
         yield f"{stage}.{'.'.join(path)}='abc'", retyped
 
 
-@pytest.mark.parametrize("name,stage", BROKEN_CASES)
+@pytest.mark.parametrize("name,stage", CASES)
 def test_a_broken_copy_of_the_config_is_refused_in_one_line(name, stage):
     spec, config = composed(name, stage)
     for what, bad in broken_copies(stage, config):

@@ -9,8 +9,8 @@
   ConfigContainer.validate(): no key skipped, blend set (no mock data), FinetuningDatasetConfig
   (no SQuAD), our layout in place;
 
-CPU stand-ins live in tests/stages/bridge_cpu.py only. Skips when the venv is absent, unless CI is
-set (then it fails: the test command builds the venv)."""
+CPU stand-ins live in tests/stages/bridge_cpu.py only. Fails when the venv is absent: the test
+command builds it."""
 import json
 import os
 import subprocess
@@ -27,10 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PY = ROOT / ".venv-bridge" / "bin" / "python"
 HERE = Path(__file__).resolve().parent
 
-if not PY.exists():
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{PY} is missing: dev/bridge_venv.sh must run before the tests in CI")
-    pytest.skip(f"{PY} is missing: run dev/bridge_venv.sh to run the real-Bridge tests", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _bridge_venv():
+    """The test command's set-up builds the venv: without it these tests fail, saying how to build it."""
+    if not PY.exists():
+        pytest.fail(f"{PY} is missing: run dev/bridge_venv.sh (dev/test.sh does) to run the real-Bridge tests")
 
 # One interpreter validates every rendered script given (SCRIPT WORLD_SIZE pairs), one JSON line each:
 # importing Bridge and megatron-core is most of the time a validation takes.

@@ -187,8 +187,7 @@ def test_nano3_recipe_stages_translate(tmp_path):
     for stage, inputs in (("sft", {"model": tmp_path / "m", "data": tmp_path / "d"}),
                           ("pretrain", {"corpus": tmp_path / "c", "tokenizer": tmp_path / "t"})):
         cfg = recipes.compose(nano3, stage, [])
-        if cfg[stage].get("backend") != "megatron":
-            pytest.skip(f"nano3 {stage} does not use the megatron backend")
+        assert cfg[stage].get("backend") == "megatron", f"nano3 {stage} left the megatron backend"
         (tmp_path / "c").mkdir(exist_ok=True)
         (tmp_path / "c" / "shard_text_document.idx").touch()
         res = nano3.stage(stage).resources

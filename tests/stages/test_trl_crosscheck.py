@@ -21,12 +21,11 @@ Conventions that differ, and how the test lines them up:
 """
 import pytest
 import torch
+import trl  # noqa: F401  (the dev extra installs it; without it these checks must fail, not vanish)
 
 from stages.ml import lm
 from stages.data import _train_tokenizer
 from stages.ml.losses import dpo_loss, grpo_loss, token_logps
-
-pytest.importorskip("trl")
 
 TOL = 1e-5
 CLIP_LOW, CLIP_HIGH, KL_COEF, DPO_BETA, SFT_WEIGHT = 0.2, 0.28, 0.05, 0.1, 0.5
