@@ -37,4 +37,6 @@ def test_two_node_pretrain_matches_the_one_process_loss_curve(tmp_path, slurm_cl
     one = store.index().runs(stage="pretrain")[1]["id"]
     a, b = losses(store, one), losses(store, two)
     assert len(a) == len(b) == 6
-    assert max(abs(x - y) for x, y in zip(a, b)) < 1e-3, (a, b)
+    # Two ranks sum the gradients in another order (gloo all-reduce): float32 rounding apart, as
+    # tests/stages/test_resume_and_ddp.py measures in one process (2.4e-7 and 4.2e-7, tolerance 5e-6).
+    assert max(abs(x - y) for x, y in zip(a, b)) < 5e-6, (a, b)

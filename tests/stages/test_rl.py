@@ -33,11 +33,11 @@ pytestmark = pytest.mark.slow
 # not across CPUs: another draw) has room, and at least four times the noise of one evaluation of a
 # fixed model (greedy on 500 prompts: binomial standard error at most 0.022; pass@1 from 8 samples: the
 # standard error over prompts of the share of right samples, 0.016-0.018 for the RL models of seed 1234).
-# The methods below run their actors in the stage's process (rl.cluster.actors=local): the same
+# Most methods below run their actors in the stage's process (rl.cluster.actors=local): the same
 # classes and calls without a Ray cluster and three processes importing torch. Ray actors write the
 # same bytes (tests/stages/test_resume_integrity.py; on this suite's seed 1234 pipeline, GRPO, on-policy
 # and offline DPO and GRPO on the reward model gave the same model artifact IDs both ways); the
-# pipeline's GRPO (conftest.py) runs in process too; the vLLM test and tests/slurm run on Ray.
+# pipeline's GRPO (conftest.py) runs in process too; offline DPO, the vLLM test and tests/slurm run on Ray.
 LOCAL = ["rl.cluster.actors=local"]
 MARGINS = {"grpo": (0.15, 0.12), "dpo": (0.18, 0.11), "dpo_offline": (0.14, 0.10), "grpo_rm": (0.10, 0.07)}
 
@@ -105,10 +105,13 @@ def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
 
 
 def test_offline_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
+    """On the recipe's own actors: Ray actors on the job's Ray cluster, as README's tables ran."""
     r = run_jobs(pipeline.root, "submit", "tiny", "--stage", "rl,eval", "rl.algorithm=dpo", "rl.dpo.pairs=offline",
-                 *LOCAL, "tracking.wandb=disabled", timeout=1800)
+                 "tracking.wandb=disabled", timeout=1800)
     assert r.code == 0, r.out + r.err
     view = rl_run(pipeline, **{"algorithm": "dpo", "dpo.pairs": "offline"})
+    assert view.spec["config"]["rl"]["cluster"]["actors"] == "ray"
+    assert view.spec.ray is True and (pipeline.run_dir(view.id) / "ray").is_dir()
     assert view.spec["config"]["rl"]["dpo"]["pair_kinds"] == ["sum"]   # the recipe's: right vs wrong sums
     assert_lifts(pipeline, "dpo_offline", view)
 
