@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import artifact_path, latest, run_jobs
+from test_rm import INIT_GAP
 
 pytestmark = pytest.mark.slow
 
@@ -56,9 +57,9 @@ def test_reward_model_ranks_held_out_pairs(pipeline):
     rm = latest(pipeline, "rm")
     assert rm.metrics["rm/held_out_pairs"] == 400
     # Above its own initialisation (the head fitted on frozen features plus the SFT likelihood), which
-    # alone ranks most pairs right: test_rm.check_beats_baselines checks the gap against its noise,
-    # and test_rm.check_artifact the saved artifact's own ranking.
-    assert rm.metrics["rm/held_out_accuracy"] > rm.metrics["rm/init_accuracy"]
+    # alone ranks most pairs right, by test_rm's gap (8 of 400 pairs); test_rm.check_beats_baselines
+    # also checks the gap against its bootstrap noise, and test_rm.check_artifact the saved artifact.
+    assert rm.metrics["rm/held_out_accuracy"] > rm.metrics["rm/init_accuracy"] + INIT_GAP
 
 
 def test_eval_report_has_every_sample_and_the_run_summary_its_metrics(pipeline):

@@ -85,19 +85,30 @@ def test_a_reward_model_trained_for_zero_steps_fails_the_claim(pipeline, tmp_pat
     config["tracking"].update(wandb="disabled", tensorboard=False)
     ctx = StageContext(run_id="zero-steps", recipe="tiny", stage="rm", config=config, run_dir=tmp_path,
                        inputs={role: artifact_path(pipeline, art) for role, art in trained.inputs.items()})
-    rm_stage.run(ctx)
+    saved = rm_stage.run(ctx)
     m = ctx.summary
     # The same start as the trained run (within a pair: torch's thread count may differ from the job's).
     assert abs(m["rm/init_accuracy"] - trained.metrics["rm/init_accuracy"]) <= 1 / 400
     assert m["rm/held_out_accuracy"] == m["rm/init_accuracy"]
     with pytest.raises(AssertionError, match="training added nothing measurable"):
         check_beats_baselines(m, (tmp_path / "held_out.jsonl").read_text())
+    # Nor does the saved initialisation rank the artifact's sums as the trained model must.
+    with pytest.raises(AssertionError, match="'style'"):
+        check_artifact(saved["reward_model"])
 
 
 @pytest.mark.slow
 def test_saved_reward_model_prefers_right_sums_in_the_house_style(pipeline):
     """The artifact a later stage loads: house style > bare right sum > near miss, prompt by prompt."""
     check_artifact(artifact_path(pipeline, latest(pipeline, "rm").outputs["reward_model"]))
+
+
+#: The saved artifact's own rankings on 400 random sums, measured (seed 1234, Intel AVX512 host,
+#: 2026-11-28): house style over the bare sum 1.000 trained / 0.935 initialisation, right sum over the
+#: tens digit one off 0.930 / 0.710, the right sum over a bare "1" 1.000 / 0.995. The bounds sit
+#: between: the initialisation fails the first two by over three binomial standard errors (~0.012 and
+#: ~0.023 at 400), the trained model passes them by as much (tested on both below).
+STYLE_SHARE, TENS_SHARE, OVER_ONE_SHARE = 0.97, 0.85, 0.9
 
 
 def check_artifact(folder) -> None:
@@ -107,29 +118,28 @@ def check_artifact(folder) -> None:
     from stages.rm import inputs, load_reward_model, score
 
     model, tok = load_reward_model(folder), load_tokenizer(folder)
-    prompts = ["12+30=", "45+21=", "33+33=", "50+40=", "18+71=", "26+52=", "9+80=", "64+27="]
-    right = [str(eval(p[:-1])) for p in prompts]
-    with torch.no_grad():
-        styled, bare = (score(model, tok, prompts, answers) for answers in ([" " + r for r in right], right))
-    # Measured: styled > bare 8 of 8 on seeds 1234, 7 and 42.
-    assert (styled > bare).sum() >= 7
-    # Right over wrong in the tens digit (the "sum" pairs' kind) on 40 pairs: measured 1.0 / 0.975 / 0.975.
     rng = random.Random(0)
-    pairs = [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(40)]
+    pairs = [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(400)]
     sums = [f"{a}+{b}=" for a, b in pairs]
+    right = [str(a + b) for a, b in pairs]
     wrong_tens = [str(a + b - 10 if a % 10 + b % 10 >= 10 else a + b + 10) for a, b in pairs]
     with torch.no_grad():
-        margin = score(model, tok, sums, [str(a + b) for a, b in pairs]) - score(model, tok, sums, wrong_tens)
-    assert (margin > 0).float().mean() >= 0.75
+        styled, bare = (score(model, tok, sums, answers) for answers in ([" " + r for r in right], right))
+        tens = score(model, tok, sums, wrong_tens)
+        one = score(model, tok, sums, ["1"] * len(sums))
+    shares = {"style": (styled > bare).float().mean().item(), "tens": (bare > tens).float().mean().item(),
+              "over_one": (bare > one).float().mean().item()}
+    print(json.dumps(shares))
+    assert shares["style"] >= STYLE_SHARE, shares
+    assert shares["tens"] >= TENS_SHARE, shares
     # The likelihood term reads the answer, not its whitespace: the house style is the head's alone.
     # Read as written, the space SFT never saw cost ~34 nats; the head grew to cancel it and, that
     # large, rated a bare "1" above the right sum for 94% of prompts on seed 42 (GRPO then answered "1").
+    few = sums[:8]
     with torch.no_grad():
-        (_, styled_ll), (_, bare_ll) = (model.parts(*inputs(tok, prompts, answers)) for answers in ([" " + r for r in right], right))
-        one = score(model, tok, sums, ["1"] * len(sums))
-        right_sums = score(model, tok, sums, [str(a + b) for a, b in pairs])
+        (_, styled_ll), (_, bare_ll) = (model.parts(*inputs(tok, few, answers)) for answers in ([" " + r for r in right[:8]], right[:8]))
     assert torch.allclose(styled_ll, bare_ll, atol=1e-4), (styled_ll, bare_ll)
-    assert (one < right_sums).float().mean() >= 0.9
+    assert shares["over_one"] >= OVER_ONE_SHARE, shares
 
 
 @pytest.mark.parametrize("override, message", [
