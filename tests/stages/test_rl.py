@@ -80,11 +80,13 @@ def test_grpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
     # Its actors ran in the stage's process, so its job started no Ray cluster (no `ray start` logs).
     assert rl.spec.config["rl"]["cluster"]["actors"] == "local"
     assert rl.spec.ray is False and not (pipeline.run_dir(rl.id) / "ray").exists()
-    # The rollouts' mean reward rose over the run, and so did greedy validation on 200 dev prompts.
+    # The rollouts' mean reward rose over the run.
     rewards = metric_lines(pipeline, rl, "rl/reward_mean")
     assert sum(rewards[-20:]) / 20 > sum(rewards[:20]) / 20 + 0.08
+    # Greedy validation on 200 dev prompts rose by more than three standard errors of one such
+    # measure (~0.032 at 0.7): seed 1234 went 0.705 -> 0.900 (Intel AVX512 host, 2026-11-28).
     val = metric_lines(pipeline, rl, "rl/val_accuracy")
-    assert val[-1] > val[0] + 0.02
+    assert val[-1] > val[0] + 0.10, val
 
 
 def test_on_policy_dpo_raises_held_out_accuracy_above_the_sft_model(pipeline):
