@@ -14,12 +14,18 @@ export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/jobs-pycache}
 # disk, one core each: run them side by side. The two apt steps stay in one line (one dpkg at a time).
 # Each step's output is kept and printed when it ends, so nothing interleaves.
 logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
+# Each run's times (set-up steps, tests, total) and what it ran on are kept: dev/test_record.py appends
+# one JSON line to $JOBS_TEST_TIMES (default bench/results/test-runs.jsonl) when the tests end.
+steps=$(mktemp)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+started=$(date -u +%FT%TZ)
+trap 'rm -rf "$logs" "$steps"' EXIT
 step() {  # step NAME COMMAND...: run, then print its output; its exit status
   local name=$1 rc=0 t0=$SECONDS
   shift
   "$@" >"$logs/$name" 2>&1 || rc=$?
   { echo "== $name: exit $rc after $((SECONDS - t0)) s"; cat "$logs/$name"; } >&2
+  echo "$name $((SECONDS - t0)) $rc" >>"$steps"
   return "$rc"
 }
 step setup "$root/dev/setup.sh" & venv=$!
@@ -42,7 +48,8 @@ image=
 for p in "$bridge" $slurm $image; do wait "$p" || failed=1; done
 [ "$failed" = 0 ] || { echo "dev/test.sh: set-up failed (see above)" >&2; exit 1; }
 rm -rf "$logs"
-trap - EXIT
+trap 'rm -f "$steps"' EXIT
+setup_s=$SECONDS
 cd "$root"
 # Two workers (pytest-xdist): most tests wait on a single-threaded `jobs` process or on Slurm, so the
 # second core would idle; tests/conftest.py keeps on one worker what must share one (the pipeline
@@ -55,5 +62,12 @@ cd "$root"
 # a skipped (or expected-to-fail) test fails the run instead of leaving it green (tests/conftest.py).
 export JOBS_NO_SKIP=${JOBS_NO_SKIP:-1}
 # --durations: every run names its slowest tests (where the suite's time goes).
-exec "$root/.venv/bin/python" -m pytest -n "${JOBS_TEST_WORKERS:-2}" --no-loadscope-reorder \
-    -ra --durations=30 "$@"
+out=$(mktemp)
+trap 'rm -f "$steps" "$out"' EXIT
+rc=0
+"$root/.venv/bin/python" -m pytest -n "${JOBS_TEST_WORKERS:-2}" --no-loadscope-reorder \
+    -ra --durations=30 "$@" 2>&1 | tee "$out" || rc=${PIPESTATUS[0]}
+"$root/.venv/bin/python" "$root/dev/test_record.py" --steps "$steps" --pytest-output "$out" --exit "$rc" \
+    --started "$started" --load-before "$load_before" --setup-s "$setup_s" --total-s "$SECONDS" -- "$@" \
+    || echo "dev/test.sh: the run's times were not kept (see above)" >&2
+exit "$rc"

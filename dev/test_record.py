@@ -1,0 +1,84 @@
+"""Appends one JSON line about a `dev/test.sh` run to $JOBS_TEST_TIMES (default
+bench/results/test-runs.jsonl): when and on what it ran (commit, host CPU, the CPU kernels torch ran,
+load before and after), each set-up step's seconds, the tests' and the whole run's seconds, and
+pytest's own summary line. dev/test.sh calls it when the tests end; nothing in it is typed by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runtime.cpu import cpu_kernels  # noqa: E402
+
+SUMMARY = re.compile(r"^=+ (.*\b(?:passed|failed|error|errors|skipped|no tests ran)\b.*) =+$")
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
+    return platform.processor() or "unknown"
+
+
+def record(args: argparse.Namespace) -> dict:
+    steps = {}
+    for line in Path(args.steps).read_text().splitlines():
+        name, seconds, rc = line.split()
+        steps[name] = {"s": int(seconds), "exit": int(rc)}
+    summary = [m.group(1) for line in Path(args.pytest_output).read_text(errors="replace").splitlines()
+               if (m := SUMMARY.match(line.strip()))]
+    return {
+        "started": args.started,
+        "ended": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "host": {"cpu": cpu_model(), "cpus": os.cpu_count(), "cpu_kernels": cpu_kernels()},
+        "load_before": args.load_before,
+        "load_after": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+        "workers": os.environ.get("JOBS_TEST_WORKERS", "2"),
+        "args": args.pytest_args,
+        "setup_steps": steps,
+        "setup_s": args.setup_s,
+        "tests_s": args.total_s - args.setup_s,
+        "total_s": args.total_s,
+        "exit": args.exit,
+        "pytest": summary[-1] if summary else None,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", required=True)
+    p.add_argument("--pytest-output", required=True)
+    p.add_argument("--exit", type=int, required=True)
+    p.add_argument("--started", required=True)
+    p.add_argument("--load-before", required=True)
+    p.add_argument("--setup-s", type=int, required=True)
+    p.add_argument("--total-s", type=int, required=True)
+    p.add_argument("pytest_args", nargs="*")
+    args = p.parse_args()
+    line = json.dumps(record(args), sort_keys=True)
+    target = Path(os.environ.get("JOBS_TEST_TIMES") or ROOT / "bench" / "results" / "test-runs.jsonl")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a") as f:
+        f.write(line + "\n")
+    print(f"dev/test.sh: {json.loads(line)['pytest']}; set-up {args.setup_s} s, tests {args.total_s - args.setup_s} s, "
+          f"{args.total_s} s in all; kept in {target}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
