@@ -18,6 +18,9 @@
       partition: debug
       container_runtime: charliecloud   # ch-run a squashfs imported by digest (default: pyxis)
       container_dir: /shared/images     # where `jobs containers import` keeps the squashfs files
+    mixed:
+      extends: default
+      cpu_kernels: avx2      # torch's CPU kernels in every job, whatever each node's CPU offers (runtime/cpu.py)
 
 A profile's values override the recipe's resources for the stage. Every value ends up in an sbatch
 script, so each is checked on load (types, ranges, no control characters, sbatch option names):
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from runtime.cpu import X86_KERNELS
 from stages import schema
 from jobs.errors import ExecutorError
 
@@ -106,6 +110,7 @@ PROFILE = schema.Map({
     "container_runtime": schema.Str(choices=RUNTIMES, required=False),
     "container_dir": schema.Str(empty=False, required=False, null=True),
     "store": schema.Str(empty=False, required=False, null=True),
+    "cpu_kernels": schema.Str(choices=X86_KERNELS, required=False, null=True),
 })
 
 #: A stage's `resources` in recipe.yaml: the same quantities, with the same bounds.
@@ -138,6 +143,7 @@ class Profile:
     container_runtime: str = "pyxis"                 # pyxis | charliecloud
     container_dir: str | None = None                 # charliecloud: the imported squashfs files (shared)
     store: str | None = None
+    cpu_kernels: str | None = None                   # avx512 | avx2 | default: torch's CPU kernels in every job (runtime/cpu.py)
 
 
 KEYS = {f.name for f in fields(Profile)} - {"name"}

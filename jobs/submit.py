@@ -75,6 +75,8 @@ def submit_runs(req: Request, echo: Callable[[str], None] = print) -> tuple[list
     else:
         plan = make_plan(store, req.recipe, req.stages, overrides=req.overrides, inputs=req.inputs, executor=req.executor)
         _notes(plan.notes)
+    if req.executor == "slurm" and profile.cpu_kernels:   # the jobs run the profile's kernels, not this host's
+        plan = replace(plan, environment={**plan.environment, "cpu_kernels": profile.cpu_kernels})
     for sp in plan.stages:
         profiles.check_resources(sp.resources, f"{sp.recipe}/{sp.stage} in recipe.yaml")
     verify_inputs(store, plan)   # dry runs too: a dry run that passes means the submit would

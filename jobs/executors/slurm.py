@@ -24,6 +24,7 @@ from jobs.executors import Prepared
 from jobs.provenance import PROJECT_ROOT
 from lineage import Store
 from lineage.layout import RUNTIME, RunDir, run_path
+from runtime import cpu
 from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
 from runtime.entry import StageJob
 from runtime.image import BUNDLE_ENV, IMAGE_ENV, NODE_ADDRS_ENV, lacks_message, needs
@@ -87,6 +88,8 @@ def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, imag
         params["additional_parameters"] = {str(k): v for k, v in p.sbatch.items()}
     srun_args = []
     setup = []
+    if p.cpu_kernels:   # one kernel build on every node, however the nodes' CPUs differ (runtime/cpu.py)
+        setup.append(f"export {cpu.ENV}={p.cpu_kernels}")
     if image is not None:
         env = {"PYTHONPATH": str(code_root), IMAGE_ENV: image.reference}
         if bundle is not None:

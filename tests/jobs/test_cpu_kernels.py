@@ -76,3 +76,19 @@ def test_reproduce_under_other_kernels_is_drift_named_in_one_line(tmp_path, env)
     shown = run_jobs(store, "show", newest["id"]).out
     assert f"drift     cpu_kernels: recorded {HOST}, ran {OTHER}" in shown and f"({OTHER})" in shown
     assert json.loads(run_jobs(store, "show", newest["id"], "--json").out)["attempts"][-1]["cpu_kernels"] == OTHER
+
+
+def test_a_profile_pins_the_kernels_of_its_jobs_and_the_record_says_so(tmp_path, env):
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(f"pinned: {{partition: debug, containers: false, cpu_kernels: {OTHER}}}\n"
+                        "typo: {partition: debug, containers: false, cpu_kernels: AVX2}\n")
+    env = {**env, "JOBS_PROFILES": str(profiles)}
+    store = tmp_path / "s"
+    dry = run_jobs(store, "submit", "testchain", "--stage", "count", "--executor", "slurm", "--profile", "pinned",
+                   "--dry-run", env=env)
+    assert dry.code == 0, dry.err
+    assert f"export {ENV}={OTHER}" in dry.out
+    bad = run_jobs(store, "submit", "testchain", "--stage", "count", "--executor", "slurm", "--profile", "typo",
+                   "--dry-run", env=env)
+    assert bad.code == 2 and len(bad.err.strip().splitlines()) == 1 and "cpu_kernels" in bad.err, bad.err
+    assert not store.exists()

@@ -21,7 +21,9 @@ SMALL = ["pretrain.steps=20", "pretrain.log_every=5", "pretrain.warmup=5", "pret
 @pytest.fixture
 def env(tmp_path, slurm_cluster) -> dict:
     profiles = tmp_path / "profiles.yaml"
-    profiles.write_text("dev: {partition: debug, containers: false}\n")
+    # The profile pins torch's CPU kernels (AVX2, below this host's best where it has AVX512): the jobs
+    # run them, the records say so, and a reproduction on the same profile runs them again.
+    profiles.write_text("dev: {partition: debug, containers: false, cpu_kernels: avx2}\n")
     return {"JOBS_PROFILES": str(profiles)}
 
 
@@ -65,6 +67,8 @@ def test_a_slurm_pretrain_is_reproduced_on_slurm_bit_for_bit(data_store, tmp_pat
     assert new.spec["code"]["snapshot"] == old.spec["code"]["snapshot"]
     assert new.spec["code"]["root"] == s.artifact(old.spec["code"]["snapshot"])["path"]
     assert new.outputs == old.outputs and "env_drift" not in new.spec
+    assert old.spec.environment["cpu_kernels"] == new.spec.environment["cpu_kernels"] == "avx2"
+    assert old.attempts[0]["cpu_kernels"] == new.attempts[0]["cpu_kernels"] == "avx2"
     d = run_jobs(store, "diff", run, new.id)
     # the verdict, then at most the timings that moved (a speed is not a difference)
     assert d.code == 0 and d.out.splitlines()[0] == "no differences in config, code, environment, inputs, outputs or metrics"
