@@ -51,9 +51,9 @@ def main() -> None:
     ap.add_argument("name", help="the raw file's name before its date, e.g. tiny-avx512")
     ap.add_argument("--note", help="one line on what else ran on the host")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
-    args = ap.parse_args()
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, command = ap.parse_args(argv[:cut]), argv[cut + 1:]
     if not command:
         sys.exit("bench/record.py: no command given (NAME -- COMMAND...)")
 
