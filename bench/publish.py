@@ -19,6 +19,7 @@ import ast
 import re
 import statistics
 import sys
+import textwrap
 from pathlib import Path
 
 DOCS = ("README.md", "bench/README.md", "recipes/*/README.md", "containers/README.md",
@@ -345,29 +346,81 @@ def test_constant(root: Path, path: str, name: str):
 
 
 def render_margins(root: Path) -> str:
+    """test_rl.py's MARGINS, and whether each is under the smallest gain the raw files hold."""
     m = test_constant(root, "tests/stages/test_rl.py", "MARGINS")
+    g = gains(root)
+    over = [f"{METHOD_NAMES[k]}'s {metric} ({signed(m[k][i], 2)} against {signed(low, 3)})"
+            for k in m for i, metric in enumerate(("greedy", "pass@1"))
+            if m[k][i] >= (low := min(cell[metric][2] for cell in g[k].values()))]
+    tail = ("each under the smallest of the three seeds' gains above" if not over else
+            "not all under the smallest of the three seeds' gains above: " + ", ".join(over))
     return ("tests/stages/test_rl.py asserts on seed 1234 (the CI pipeline's) greedy / pass@1 gains over "
             "the SFT model of more than " + ", ".join(
                 f"{signed(m[k][0], 2)} / {signed(m[k][1], 2)} for {METHOD_NAMES[k]}" for k in
                 ("grpo", "dpo", "dpo_offline", "grpo_rm") if k in m)
-            + " (its MARGINS), each under the smallest of the three seeds' gains above.\n")
+            + f" (its MARGINS), {tail}.\n")
 
 
 # ---- bench/README.md: one row per raw file ----
 
+def summary(raw: Raw) -> str:
+    """A raw file's headline numbers, from its own tables and lines, by the script that wrote it."""
+    script = raw.field(r"bench/(\w+)\.py", raw.head[0] if raw.head else "") or ""
+    line = lambda pattern: raw.field(pattern, raw.text)
+    if script == "tiny":
+        rows = {r["model"]: r for r in raw.table("model", "greedy exact match")}
+        wall = next(r["seconds (RUNNING -> SUCCEEDED)"] for r in raw.table("stage run") if "--stage all" in r["stage run"])
+        rl = rows["rl (grpo)"]
+        return (f"`jobs submit tiny --stage all` {wall} s wall; held out: SFT {rows['sft']['greedy exact match']} "
+                f"greedy, GRPO {rl['greedy exact match']} / {rl['pass@1']} / {rl['pass@8']} (greedy / pass@1 / pass@8)")
+    if script == "cli":
+        rows = raw.table("command", "median s")
+        return "; ".join(f"{r['command']} {r['median s']} s median" for r in rows)
+    if script == "submit":
+        rows = raw.table("submit path", "median s")
+        overhead = line(r"overhead: ([+-][\d.]+ s)")
+        return "; ".join(f"{r['submit path']} {r['median s']} s median" for r in rows) + f"; overhead {overhead}"
+    if script == "train":
+        return "; ".join(f"{r['stage']} {r['tokens/s']} tokens/s ({r['loss tokens/s']} carrying loss)"
+                         for r in raw.table("stage", "tokens/s"))
+    if script == "hash":
+        return "; ".join(f"{c} cache: `dvc add` (hard links) / ours {x}" for c, x in
+                         re.findall(r"(warm|cold) cache: dvc add with cache.type=hardlink / ours = ([\d.]+x)", raw.text))
+    if script == "rl":
+        rows = [r for t in raw.tables for r in t[1:] if r[0].startswith("**ours / TRL")]
+        return "ours / TRL in s a step: " + ", ".join(r[1].strip("*") for r in rows)
+    if script == "ray_boot":
+        rows = raw.table("nodes", "who", "first line -> all alive")
+        return "; ".join(f"{r['nodes']} node{'s' if r['nodes'] != '1' else ''}, {r['who']}: "
+                         f"{r['first line -> all alive']} s" for r in rows) + " (the batch script's first line -> all nodes alive)"
+    if script == "lineage":
+        rate = line(r"Store.register at this size[^:]*: [\d.]+ s, ([\d.]+) registrations/s")
+        latest = next(r for r in raw.table("this store: median (best) ms") if r[next(iter(r))].startswith("resolve") and ":latest" in r[next(iter(r))])
+        text = f"`Store.register` {rate} a second; resolve `:latest` {latest['this store: median (best) ms']} ms"
+        try:
+            cli = raw.table("median ms", "best ms")
+            text += "; " + "; ".join(f"{r[next(iter(r))]} {r['median ms']} ms median" for r in cli)
+        except KeyError:
+            pass
+        return text
+    if script == "rl_seeds":
+        return "the per-seed tables of recipes/tiny/README.md"
+    return "see the file"
+
+
 def bench_rows(root: Path) -> str:
-    """Every raw file under bench/results/, newest first: its command, where and when, and its load."""
+    """Every raw file under bench/results/, newest first: its command, where and when, its load, its result."""
     rows = []
-    for path in sorted((root / "bench" / "results").glob("*.md"), reverse=True):
+    for path in sorted((root / "bench" / "results").glob("*.md"), key=lambda p: (p.name[-13:], p.name), reverse=True):
         raw = Raw(root, path.name)
         command = raw.field(r"^# `([^`]*)`") or "-"
         where = ", ".join(x for x in (raw.commit, f"{raw.started} UTC" if raw.started else None,
                                        raw.host, raw.kernels) if x) or "in the file's header"
         before, after = raw.load("before"), raw.load("after")
         load = f"{before:.1f} -> {after:.1f}" if before is not None and after is not None else "-"
-        rows.append(f"| `{path.name}` | `{command}` | {where} | {load} |")
-    return ("| raw file | command | commit, UTC start, host, kernels | load (1 min) before -> after |\n"
-            "|---|---|---|---|\n" + "\n".join(rows) + "\n")
+        rows.append(f"| `{path.name}` | `{command}` | {where} | {load} | {summary(raw)} |")
+    return ("| raw file | command | commit, UTC start, host, kernels | load (1 min) before -> after | result |\n"
+            "|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
 BLOCKS = {
@@ -381,6 +434,14 @@ BLOCKS = {
     "train-throughput": render_train,
     "bench-raw-files": bench_rows,
 }
+
+
+def wrap(text: str) -> str:
+    """Prose paragraphs wrapped as the docs are (100 columns); tables as rendered."""
+    paragraphs = text.rstrip("\n").split("\n\n")
+    return "\n\n".join(p if p.startswith("|") else textwrap.fill(p, 100, break_long_words=False,
+                                                                   break_on_hyphens=False)
+                         for p in paragraphs) + "\n"
 
 
 def docs(root: Path) -> list[Path]:
@@ -401,7 +462,7 @@ def publish(root: Path, check: bool) -> list[str]:
                 return m.group(0)
             if name not in cache:
                 try:
-                    cache[name] = BLOCKS[name](root)
+                    cache[name] = wrap(BLOCKS[name](root))
                 except Missing as e:
                     cache[name] = e
             if isinstance(cache[name], Missing):
