@@ -396,6 +396,32 @@ def as_reward_model(hf_dir: Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
+def sequence_classifier_problem(model_dir: Path) -> str | None:
+    """Why the model in `model_dir` cannot load as a sequence classifier with the transformers this
+    process has (in a job: the image's), or None. NeMo RL nano-v3 trains reward models only on its
+    DTensor backend, loading `AutoModelForSequenceClassification` with trust_remote_code
+    (dtensor_policy_worker.py:236-265); its Megatron backend refuses reward models
+    (megatron_policy_worker.py:567-572). A class comes from the checkpoint's remote code (its config's
+    auto_map) or from transformers' own sequence-classification mapping. NemotronH has neither: the
+    image's transformers 4.57.1 has no nemotron_h model at all, and Nemotron-3-Nano's auto_map names
+    only AutoConfig, AutoModel and AutoModelForCausalLM."""
+    import json
+
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    auto_map = cfg.get("auto_map") or {}
+    if "AutoModelForSequenceClassification" in auto_map:
+        return None
+    if not auto_map and cfg.get("model_type") in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
+        return None
+    return (f"{cfg.get('model_type')!r} has no sequence-classification class in transformers "
+            f"{transformers.__version__} nor in the checkpoint's code (auto_map: {', '.join(auto_map) or 'none'}), "
+            "and NeMo RL trains reward models only through that class: no Bradley-Terry reward model can be "
+            "trained from this model here")
+
+
 def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     """rl: GRPO/DPO -> the policy (`model`); rm: Bradley-Terry training -> `reward_model`."""
     import yaml
@@ -411,13 +437,16 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     where = dict(nodes=max(1, len(ctx.dist.nodes)), gpus_per_node=gpus, run_dir=ctx.run_dir,
                  wandb=ctx.config.get("tracking", {}).get("wandb", "offline"))
     if stage == "rm":
+        problem = sequence_classifier_problem(ctx.input("model"))
+        if problem:      # before Ray, vLLM or any GPU work: NeMo RL would fail at its first model load
+            raise StageError(f"rm: {problem}")
         section = ctx.config["rm"]
         drv, cfg = translate_rm(section, model=ctx.input("model"), prefs=ctx.input("data"), **where)
         output, megatron = "reward_model", False
     else:
         section = ctx.config["rl"]
-        drv, cfg = translate(section, policy=ctx.input("policy"), prompts=ctx.input("prompts"), prefs=ctx.input("prefs"),
-                             reward_model=ctx.input("reward_model"), **where)
+        drv, cfg = translate(section, policy=ctx.input("policy"), prompts=ctx.inputs.get("prompts"),   # stages/rl.py
+                             prefs=ctx.inputs.get("prefs"), reward_model=ctx.inputs.get("reward_model"), **where)  # unused_inputs
         output = "model"
         megatron = bool((cfg["policy"].get("megatron_cfg") or {}).get("enabled"))
     full = merged(drv, cfg, ctx.run_dir)
