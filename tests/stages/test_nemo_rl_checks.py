@@ -334,3 +334,41 @@ def test_rl_waits_on_the_reward_model_only_when_it_scores_rollouts_with_it(tmp_p
     cfg, _ = nano3("rl", ["~rl.env.math", f"+rl.env.reward_model={rm_env}".replace("'", "")])
     assert rl.unused_inputs(cfg) == {"prefs"}
     assert rl.unused_inputs(nano3("rl", ["rl.algorithm=dpo"])[0]) == {"prompts", "reward_model"}
+
+
+#: The pinned upstream sources (`git archive`s of the images' commits); JOBS_UPSTREAM_DIR names another folder.
+UPSTREAM = Path(os.environ.get("JOBS_UPSTREAM_DIR") or ROOT.parent / "shared" / "upstream")
+
+
+def _upstream_yaml(archive: str, member: str) -> dict:
+    import tarfile
+
+    import yaml
+
+    path = UPSTREAM / archive
+    if not path.is_file():
+        pytest.skip(f"{path} is absent: the pinned upstream sources (set JOBS_UPSTREAM_DIR)")
+    with tarfile.open(path) as tar:
+        name = next(n for n in tar.getnames() if n.endswith(member))
+        return yaml.safe_load(tar.extractfile(name).read())
+
+
+def _at(cfg: dict, dotted: str):
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def test_nano3_grpo_takes_nvidias_nano_v3_values_where_the_1b_parent_differs():
+    """Our rendered GRPO config merged over its parent (grpo_math_1B.yaml) as NeMo RL's loader merges it
+    (OmegaConf), read against NeMo RL nano-v3's own grpo_nanov3.yaml, both from the pinned archive."""
+    from omegaconf import OmegaConf
+
+    parent = _upstream_yaml("nemo-rl-823fcc904.tar.gz", "examples/configs/grpo_math_1B.yaml")
+    nvidia = _upstream_yaml("nemo-rl-823fcc904.tar.gz", "examples/nemo_gym/grpo_nanov3.yaml")
+    _, _, _, out, _ = rendered("rl")
+    ours = OmegaConf.to_container(OmegaConf.merge(parent, {k: v for k, v in out.items() if k != "defaults"}))
+    keys = ("policy.megatron_cfg.scheduler.lr_warmup_init", "grpo.overlong_filtering",
+            "policy.megatron_cfg.moe_permute_fusion")
+    assert {k: _at(parent, k) for k in keys} != {k: _at(nvidia, k) for k in keys}   # what a 1B parent would give
+    assert {k: _at(ours, k) for k in keys} == {k: _at(nvidia, k) for k in keys}
