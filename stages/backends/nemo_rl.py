@@ -236,6 +236,35 @@ def render(config: dict[str, Any], stage: str, resources: dict[str, Any]) -> tup
                      prefs=Path("<input prefs>"), reward_model=Path("<input reward_model>"), **p)
 
 
+def deadline_problems(stage: str, section: dict, checkpointing: dict, resources: dict) -> list[str]:
+    """checkpoint_must_save_by against the job's time. NeMo RL saves and stops once its training time
+    plus its mean step time reaches that deadline (nemo_rl/utils/timer.py TimeoutChecker,
+    fit_last_save_time), so the save starts up to one step before it; a step longer than the mean and
+    the save itself run past it. The job must be done before Slurm's signal (resources.time_min less
+    signal_delay_s). With the stage's recorded step time (`step_time_s`, as a run measured it), the
+    deadline plus one step must fit; without, the deadline alone."""
+    must = checkpointing.get("checkpoint_must_save_by")
+    if must is None:
+        return []
+    parts = str(must).split(":")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return [f"{stage}.checkpointing.checkpoint_must_save_by must be DD:HH:MM:SS (got {must!r})"]
+    days, hours, minutes, seconds = map(int, parts)
+    deadline = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    step = section.get("step_time_s")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0):
+        return [f"{stage}.step_time_s must be a number of seconds > 0, or null (got {step!r})"]
+    lead = int(resources.get("signal_delay_s", 0))    # recipe.yaml's; nano3 gives every GPU stage one
+    limit = int(resources.get("time_min", 60)) * 60 - lead
+    need = deadline + (step or 0)
+    if need <= limit:
+        return []
+    what = f"{must} + one step ({step:g} s)" if step else str(must)
+    return [f"{stage}.checkpointing.checkpoint_must_save_by: {what} ends {need - limit} s after the job's signal "
+            f"({resources.get('time_min', 60)} min less {lead} s): NeMo RL would still be training when Slurm stops "
+            "the job; lower it or raise the stage's time"]
+
+
 def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] | None) -> list[str]:
     """For `jobs submit`: every key the image's NeMo RL lacks, a GRPO env mix no driver serves,
     and a policy layout that does not divide the allocation's GPUs."""
@@ -247,6 +276,7 @@ def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] |
     except (KeyError, TypeError) as e:
         return [f"{stage}: the config lacks or mistypes {e}"]
     problems = unknown_keys(cfg, drv, ver, stage)
+    problems += deadline_problems(stage, config[stage], cfg["checkpointing"], resources or {})
     metric = cfg["checkpointing"].get("metric_name")
     if drv.keys in ("dpo", "rm") and isinstance(metric, str) and metric.startswith("val:") \
             and not metric.startswith(f"val:validation-{VAL_NAME}_"):

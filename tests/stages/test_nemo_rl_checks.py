@@ -372,3 +372,26 @@ def test_nano3_grpo_takes_nvidias_nano_v3_values_where_the_1b_parent_differs():
             "policy.megatron_cfg.moe_permute_fusion")
     assert {k: _at(parent, k) for k in keys} != {k: _at(nvidia, k) for k in keys}   # what a 1B parent would give
     assert {k: _at(ours, k) for k in keys} == {k: _at(nvidia, k) for k in keys}
+
+
+@pytest.mark.parametrize("overrides,says", [
+    (["rl.step_time_s=1200"], "rl.checkpointing.checkpoint_must_save_by: 00:03:40:00 + one step (1200 s) ends 300 s "
+                              "after the job's signal (240 min less 300 s)"),
+    (["rl.checkpointing.checkpoint_must_save_by=00:03:58:00"], "rl.checkpointing.checkpoint_must_save_by: 00:03:58:00 "
+                                                              "ends 180 s after the job's signal"),
+    (["rl.checkpointing.checkpoint_must_save_by=3h40m"], "checkpoint_must_save_by must be DD:HH:MM:SS (got '3h40m')"),
+    (["rl.step_time_s=-5"], "rl.step_time_s must be a number of seconds > 0, or null (got -5)"),
+])
+def test_a_save_deadline_that_cannot_fit_the_jobs_time_is_refused_at_submit(store_path, overrides, says):
+    """nano3's rl: 240 min, Slurm's signal 300 s before the end; NeMo RL saves up to one step before
+    checkpoint_must_save_by and may end one step after it. A 15-minute step still fits 3:40."""
+    from helpers import run_jobs, tree_digest
+
+    from stages.backends import nemo_rl
+
+    cfg, res = nano3("rl", ["rl.step_time_s=900"])
+    assert nemo_rl.check_config(cfg, "rl", res) == []
+    before = tree_digest(store_path)
+    r = run_jobs(store_path, "submit", "nano3", "--stage", "rl", "--dry-run", *overrides)
+    assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert tree_digest(store_path) == before
