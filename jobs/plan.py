@@ -75,9 +75,16 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
     chains = Chains(store, recipe, names)
     for st in selected:
         resolved, upstream = {}, {}
+        config = recipes.compose(recipe, st.name, routed[st.name])
+        module = _check_config(recipe.name, st, config)
+        # A role this config never reads is neither resolved nor waited for (rl's reward model in a
+        # verifier-only GRPO): the stage would otherwise hold its queue slot behind a job it ignores.
+        unused = set(getattr(module, "unused_inputs", lambda _: ())(config))
         chooser = chains.start(st.name)
         for inp in chains.order(st, explicit):
             given = explicit.get(f"{st.name}.{inp.role}", explicit.get(inp.role))
+            if given is None and inp.role in unused:
+                continue
             if given is not None:
                 resolved[inp.role] = _resolve(store, given, inp)
                 chooser.explicit(inp.role, given, resolved[inp.role])
@@ -100,8 +107,6 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
                         ) from None
                 chooser.default(inp.role, resolved[inp.role])
         notes += chooser.finish()
-        config = recipes.compose(recipe, st.name, routed[st.name])
-        module = _check_config(recipe.name, st, config)
         plans.append(StagePlan(
             recipe=recipe.name, stage=st.name, module=st.module, config=config,
             inputs=resolved, upstream=upstream,

@@ -99,6 +99,7 @@ PROFILE = schema.Map({
     "gpus_per_node": schema.Int(0, 64, required=False, null=True),
     "cpus_per_task": schema.Int(1, 4096, required=False, null=True),
     "mem_gb": schema.Float(0, 65_536, open_lo=True, required=False, null=True),
+    "ray_object_store_gb": schema.Float(0.1, 65_536, required=False, null=True),
     "constraint": schema.Str(empty=False, required=False, null=True),
     "exclusive": schema.Bool(required=False, null=True),
     "sbatch": schema.Map({}, extra=True, required=False, null=True, check=_sbatch_extra),
@@ -134,6 +135,7 @@ class Profile:
     gpus_per_node: int | None = None
     cpus_per_task: int | None = None
     mem_gb: float | None = None
+    ray_object_store_gb: float | None = None         # per node; unset: Ray's default, 30% of the job's memory there
     constraint: str | None = None
     exclusive: bool | None = None
     sbatch: dict = field(default_factory=dict)       # extra #SBATCH --key=value

@@ -38,7 +38,15 @@ READY_TIMEOUT_S = 120.0
 POLL_S = 0.05
 #: How long `ray start --block` gets to end its children after SIGTERM before the group is killed.
 EXIT_WAIT_S = 10.0
-OBJECT_STORE_BYTES = 256 * 1024 * 1024
+#: The object store, sized as Ray's own default does (ray/_private/utils.py resolve_object_store_memory,
+#: ray_constants): 30% of the node's memory, at most 200 GB and 95% of /dev/shm's free space (no cap
+#: below 10 GB), at least 75 MiB. NeMo RL's ray.sub leaves it to that default; a GRPO batch of 2048
+#: answers of 16k tokens moves through it. A profile's `ray_object_store_gb` sets it (OBJECT_STORE_ENV).
+OBJECT_STORE_SHARE = 0.3
+OBJECT_STORE_MAX_BYTES = 200 * 10**9
+OBJECT_STORE_SHM_FLOOR_BYTES = 10**10
+OBJECT_STORE_MIN_BYTES = 75 * 1024 * 1024
+OBJECT_STORE_ENV = "JOBS_RAY_OBJECT_STORE_GB"
 #: Ports every node needs, picked free on its host (several virtual nodes may share one host).
 NODE_PORTS = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
               "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")
@@ -96,6 +104,7 @@ class RayNode:
     temp_dir: str
     num_cpus: int
     ports: dict[str, int] = field(default_factory=dict)
+    object_store_bytes: int = OBJECT_STORE_MIN_BYTES
 
     @property
     def address(self) -> str:
@@ -108,7 +117,7 @@ class RayNode:
         cmd += ["--head", f"--port={self.gcs_port}", "--include-dashboard=false"] if self.head \
             else [f"--address={self.address}"]
         cmd += [f"--node-ip-address={self.ip}", f"--node-name={self.name}", f"--temp-dir={self.temp_dir}",
-                f"--num-cpus={self.num_cpus}", f"--object-store-memory={OBJECT_STORE_BYTES}",
+                f"--num-cpus={self.num_cpus}", f"--object-store-memory={self.object_store_bytes}",
                 "--disable-usage-stats", "--min-worker-port=0", "--max-worker-port=0",  # 0: workers bind free ports
                 "--no-monitor", "--include-log-monitor=false"]  # no autoscaling; stages do not log to the driver
         cmd += [f"--{name}={port}" for name, port in sorted(self.ports.items())]
@@ -129,6 +138,34 @@ def cpus() -> int:
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
     return os.cpu_count() or 1
+
+
+def object_store_size(environ=os.environ, memory_bytes: int | None = None, shm_bytes: int | None = None) -> int:
+    """This node's object store in bytes: $JOBS_RAY_OBJECT_STORE_GB when set, else Ray's default share of
+    the memory the job has here: Slurm's allocation (SLURM_MEM_PER_NODE, MB: the cgroup Ray would
+    read), else the host's RAM."""
+    value = environ.get(OBJECT_STORE_ENV, "")
+    if value:
+        try:
+            gb = float(value)
+        except ValueError:
+            gb = float("nan")
+        if not gb > 0 or gb == float("inf"):
+            raise RayClusterError(f"{OBJECT_STORE_ENV}={value!r} is not a size in GB > 0")
+        return max(OBJECT_STORE_MIN_BYTES, int(gb * 1024**3))
+    mem = environ.get("SLURM_MEM_PER_NODE", "")
+    if mem.isdigit() and int(mem) > 0:          # --mem=0 asks for all of the node's memory
+        memory = int(mem) * 1024**2
+    else:
+        memory = memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if shm_bytes is None:
+        try:
+            st = os.statvfs("/dev/shm")
+            shm_bytes = st.f_bsize * st.f_bavail
+        except OSError:
+            shm_bytes = 0
+    cap = min(OBJECT_STORE_MAX_BYTES, max(OBJECT_STORE_SHM_FLOOR_BYTES, int(shm_bytes * 0.95)))
+    return max(OBJECT_STORE_MIN_BYTES, min(int(memory * OBJECT_STORE_SHARE), cap))
 
 
 def primary_ip() -> str:
@@ -177,7 +214,7 @@ def plan_node(dist: Distributed, job: str, ip: str | None = None, ports: list[in
         head_ip = local_ip  # virtual nodes on one host: Ray listens on the primary address, not loopback
     return RayNode(name=name, head=head, ip=local_ip, head_ip=head_ip, gcs_port=gcs_port,
                    temp_dir=temp_dir_for(job.split(".")[0], name), num_cpus=num_cpus or cpus(),
-                   ports=dict(zip(names, ports)))
+                   ports=dict(zip(names, ports)), object_store_bytes=object_store_size())
 
 
 def readiness_message(expected: list[str], alive: set[str], deadline_s: float) -> str:

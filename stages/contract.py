@@ -25,7 +25,9 @@ class StageModule(Protocol):
     a bad value never waits in a queue; tests/recipes/test_stage_contract.py holds every stage to
     it) and may have `preview(config, resources) -> str`, what `--dry-run` shows it will launch.
     A stage whose recipe gives it a Ray cluster (`ray: true`) may have `uses_ray(config) -> bool`:
-    False when this config runs without one, so the job starts none (absent: it always does)."""
+    False when this config runs without one, so the job starts none (absent: it always does).
+    A stage may have `unused_inputs(config) -> roles`: the recipe's input roles this config never
+    reads; the plan neither resolves nor waits for them, and `ctx.inputs` lacks them."""
 
     def run(self, ctx: "StageContext") -> dict[str, Path]:
         """Train or transform; return {output name: folder} for the runtime to register."""

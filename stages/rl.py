@@ -122,6 +122,20 @@ def uses_ray(config: dict) -> bool:
     return cfg.get("backend", "torch") != "torch" or cfg["cluster"].get("actors", "ray") != "local"
 
 
+def unused_inputs(config: dict) -> set[str]:
+    """The input roles this config never reads: the reward model unless it scores the rollouts (a
+    verifier-only GRPO never loads it), the preference pairs unless DPO trains on them offline, and
+    with NeMo RL's DPO the prompts."""
+    cfg = config["rl"]
+    dpo = cfg["algorithm"] == "dpo"
+    if cfg.get("backend", "torch") == "nemo_rl":      # stages/backends/nemo_rl.py translate(): what each driver reads
+        if dpo:
+            return {"prompts", "reward_model"}
+        return {"prefs"} | (set() if "reward_model" in (cfg.get("env") or {}) else {"reward_model"})
+    unused = set() if cfg["reward"]["kind"] == "reward_model" else {"reward_model"}
+    return unused | (set() if dpo and cfg["dpo"]["pairs"] == "offline" else {"prefs"})
+
+
 def preview(config: dict, resources: dict) -> str | None:
     """For `jobs submit --dry-run`: the NeMo RL config and command a nemo_rl job will run."""
     if config["rl"].get("backend") != "nemo_rl":
@@ -179,7 +193,7 @@ def run(ctx) -> dict[str, Path]:
         ray.init(address=ctx.ray_address, include_dashboard=False, logging_level="ERROR",
                  log_to_driver=False, configure_logging=False)
     try:
-        actors = Actors(cfg, policy_dir, ctx.input("reward_model"), seed, steps, ctx.checkpoint_dir / "refit",
+        actors = Actors(cfg, policy_dir, ctx.inputs.get("reward_model"), seed, steps, ctx.checkpoint_dir / "refit",
                         device=lm.device_of(ctx.config), local=local, cpus=ctx.resources.cpus_per_task)
         ckpt, identity = ctx.checkpoint_dir / "rl.pt", ctx.identity()
         start = actors.get(actors.trainer.load_checkpoint.remote(str(ckpt), identity)) if ckpt.exists() else 0

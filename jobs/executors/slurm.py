@@ -90,6 +90,10 @@ def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, imag
     setup = []
     if p.cpu_kernels:   # one kernel build on every node, however the nodes' CPUs differ (runtime/cpu.py)
         setup.append(f"export {cpu.ENV}={p.cpu_kernels}")
+    if p.ray_object_store_gb is not None:        # read by runtime/ray_cluster.py on every node
+        from runtime.ray_cluster import OBJECT_STORE_ENV
+
+        setup.append(f"export {OBJECT_STORE_ENV}={float(p.ray_object_store_gb):g}")
     if image is not None:
         env = {"PYTHONPATH": str(code_root), IMAGE_ENV: image.reference}
         if bundle is not None:

@@ -236,6 +236,35 @@ def render(config: dict[str, Any], stage: str, resources: dict[str, Any]) -> tup
                      prefs=Path("<input prefs>"), reward_model=Path("<input reward_model>"), **p)
 
 
+def deadline_problems(stage: str, section: dict, checkpointing: dict, resources: dict) -> list[str]:
+    """checkpoint_must_save_by against the job's time. NeMo RL saves and stops once its training time
+    plus its mean step time reaches that deadline (nemo_rl/utils/timer.py TimeoutChecker,
+    fit_last_save_time), so the save starts up to one step before it; a step longer than the mean and
+    the save itself run past it. The job must be done before Slurm's signal (resources.time_min less
+    signal_delay_s). With the stage's recorded step time (`step_time_s`, as a run measured it), the
+    deadline plus one step must fit; without, the deadline alone."""
+    must = checkpointing.get("checkpoint_must_save_by")
+    if must is None:
+        return []
+    parts = str(must).split(":")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return [f"{stage}.checkpointing.checkpoint_must_save_by must be DD:HH:MM:SS (got {must!r})"]
+    days, hours, minutes, seconds = map(int, parts)
+    deadline = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    step = section.get("step_time_s")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0):
+        return [f"{stage}.step_time_s must be a number of seconds > 0, or null (got {step!r})"]
+    lead = int(resources.get("signal_delay_s", 0))    # recipe.yaml's; nano3 gives every GPU stage one
+    limit = int(resources.get("time_min", 60)) * 60 - lead
+    need = deadline + (step or 0)
+    if need <= limit:
+        return []
+    what = f"{must} + one step ({step:g} s)" if step else str(must)
+    return [f"{stage}.checkpointing.checkpoint_must_save_by: {what} ends {need - limit} s after the job's signal "
+            f"({resources.get('time_min', 60)} min less {lead} s): NeMo RL would still be training when Slurm stops "
+            "the job; lower it or raise the stage's time"]
+
+
 def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] | None) -> list[str]:
     """For `jobs submit`: every key the image's NeMo RL lacks, a GRPO env mix no driver serves,
     and a policy layout that does not divide the allocation's GPUs."""
@@ -247,6 +276,7 @@ def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] |
     except (KeyError, TypeError) as e:
         return [f"{stage}: the config lacks or mistypes {e}"]
     problems = unknown_keys(cfg, drv, ver, stage)
+    problems += deadline_problems(stage, config[stage], cfg["checkpointing"], resources or {})
     metric = cfg["checkpointing"].get("metric_name")
     if drv.keys in ("dpo", "rm") and isinstance(metric, str) and metric.startswith("val:") \
             and not metric.startswith(f"val:validation-{VAL_NAME}_"):
@@ -396,6 +426,32 @@ def as_reward_model(hf_dir: Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
+def sequence_classifier_problem(model_dir: Path) -> str | None:
+    """Why the model in `model_dir` cannot load as a sequence classifier with the transformers this
+    process has (in a job: the image's), or None. NeMo RL nano-v3 trains reward models only on its
+    DTensor backend, loading `AutoModelForSequenceClassification` with trust_remote_code
+    (dtensor_policy_worker.py:236-265); its Megatron backend refuses reward models
+    (megatron_policy_worker.py:567-572). A class comes from the checkpoint's remote code (its config's
+    auto_map) or from transformers' own sequence-classification mapping. NemotronH has neither: the
+    image's transformers 4.57.1 has no nemotron_h model at all, and Nemotron-3-Nano's auto_map names
+    only AutoConfig, AutoModel and AutoModelForCausalLM."""
+    import json
+
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    auto_map = cfg.get("auto_map") or {}
+    if "AutoModelForSequenceClassification" in auto_map:
+        return None
+    if not auto_map and cfg.get("model_type") in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
+        return None
+    return (f"{cfg.get('model_type')!r} has no sequence-classification class in transformers "
+            f"{transformers.__version__} nor in the checkpoint's code (auto_map: {', '.join(auto_map) or 'none'}), "
+            "and NeMo RL trains reward models only through that class: no Bradley-Terry reward model can be "
+            "trained from this model here")
+
+
 def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     """rl: GRPO/DPO -> the policy (`model`); rm: Bradley-Terry training -> `reward_model`."""
     import yaml
@@ -411,13 +467,16 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     where = dict(nodes=max(1, len(ctx.dist.nodes)), gpus_per_node=gpus, run_dir=ctx.run_dir,
                  wandb=ctx.config.get("tracking", {}).get("wandb", "offline"))
     if stage == "rm":
+        problem = sequence_classifier_problem(ctx.input("model"))
+        if problem:      # before Ray, vLLM or any GPU work: NeMo RL would fail at its first model load
+            raise StageError(f"rm: {problem}")
         section = ctx.config["rm"]
         drv, cfg = translate_rm(section, model=ctx.input("model"), prefs=ctx.input("data"), **where)
         output, megatron = "reward_model", False
     else:
         section = ctx.config["rl"]
-        drv, cfg = translate(section, policy=ctx.input("policy"), prompts=ctx.input("prompts"), prefs=ctx.input("prefs"),
-                             reward_model=ctx.input("reward_model"), **where)
+        drv, cfg = translate(section, policy=ctx.input("policy"), prompts=ctx.inputs.get("prompts"),   # stages/rl.py
+                             prefs=ctx.inputs.get("prefs"), reward_model=ctx.inputs.get("reward_model"), **where)  # unused_inputs
         output = "model"
         megatron = bool((cfg["policy"].get("megatron_cfg") or {}).get("enabled"))
     full = merged(drv, cfg, ctx.run_dir)

@@ -51,9 +51,9 @@ def check_config(config: dict) -> list[str]:
     return problems
 
 
-def source_problems(sources: list[dict], where: str) -> list[str]:
+def source_problems(sources: list[dict], where: str, mirror: str | None = None) -> list[str]:
     """Paths that cannot be read, and names used twice (each name is a folder in the output)."""
-    problems = [p for i, s in enumerate(sources) if (p := src.path_problem(s.get("path"), f"{where}[{i}].path"))]
+    problems = [p for i, s in enumerate(sources) if (p := src.path_problem(s.get("path"), f"{where}[{i}].path", mirror))]
     names = [s.get("name") for s in sources]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

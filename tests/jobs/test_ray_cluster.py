@@ -114,6 +114,7 @@ def test_one_node_cluster_comes_up_with_the_allocations_cpus_and_leaves_nothing(
     import ray
 
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    monkeypatch.setenv("SLURM_MEM_PER_NODE", "2048")
     node = plan_node(Distributed(), f"t{os.getpid()}.0")
     cluster = RayCluster(node, [node.name, "ghost"], token_file=tmp_path / "token", log=tmp_path / "ray.log")
     try:
@@ -134,6 +135,8 @@ def test_one_node_cluster_comes_up_with_the_allocations_cpus_and_leaves_nothing(
             ray.init(address=node.address, log_to_driver=False)
             alive = [n for n in ray.nodes() if n["Alive"]]
             assert [(n["NodeName"], n["Resources"]["CPU"]) for n in alive] == [(node.name, 1.0)]
+            # Ray's default share of the allocation's 2 GB, not a fixed size
+            assert alive[0]["Resources"]["object_store_memory"] == node.object_store_bytes == int(2048 * 1024**2 * 0.3)
             holder = Holder.options(lifetime="detached", name="holder", namespace="t").remote()
             actor_pid = ray.get(holder.pid.remote())
             ray.shutdown()
@@ -219,3 +222,23 @@ def test_cancel_of_a_local_ray_stage_ends_its_ray_cluster_too(tmp_path):
     finally:
         p.kill()
         p.communicate()
+
+
+def test_the_object_store_is_rays_default_share_of_the_jobs_memory_unless_the_profile_sets_it():
+    """The same size Ray's own default gives for that much memory (Ray reads /dev/shm the same way);
+    Slurm's allocation is the memory, else the host's; JOBS_RAY_OBJECT_STORE_GB (a profile's
+    ray_object_store_gb) wins; a bad value is one line."""
+    from ray._private.utils import resolve_object_store_memory
+
+    from runtime.ray_cluster import object_store_size
+
+    for gib in (4, 900, 4000):     # below every cap, past 95% of this host's /dev/shm, past Ray's 200 GB
+        assert object_store_size({}, memory_bytes=gib * 1024**3) == resolve_object_store_memory(gib * 1024**3)
+    assert object_store_size({"SLURM_MEM_PER_NODE": "8192"}) == resolve_object_store_memory(8192 * 1024**2)
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert object_store_size({"SLURM_MEM_PER_NODE": "0"}) == resolve_object_store_memory(host)
+    assert object_store_size({"JOBS_RAY_OBJECT_STORE_GB": "64", "SLURM_MEM_PER_NODE": "8192"}) == 64 * 1024**3
+    with pytest.raises(RayClusterError, match=r"^JOBS_RAY_OBJECT_STORE_GB='lots' is not a size in GB > 0$"):
+        object_store_size({"JOBS_RAY_OBJECT_STORE_GB": "lots"})
+    node = plan_node(Distributed(), "9.0", ip="10.0.0.5", num_cpus=1)
+    assert f"--object-store-memory={node.object_store_bytes}" in node.command()

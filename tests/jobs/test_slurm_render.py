@@ -228,3 +228,17 @@ def test_nano3_dry_run_starts_every_stage_through_the_bootstrap(tmp_path):
         assert " python3 -u -m runtime.bootstrap -u -m submitit.core._submit " in srun
         assert f"export JOBS_RUNTIME_BUNDLE={store}/runtime/{digest}\n" in script
         assert f"export PYTHONPATH={store}/code/art_" in script
+
+
+def test_a_profiles_ray_object_store_reaches_every_node_of_the_job(tmp_path, monkeypatch):
+    """Unset, the script says nothing (Ray's default share of the job's memory); set, every task's
+    environment carries it to runtime/ray_cluster.py. A non-positive size is refused when the profile loads."""
+    stage = dict(STAGE, container=None)
+    assert "JOBS_RAY_OBJECT_STORE_GB" not in rendered(stage, profiles.Profile(partition="debug"), None)
+    text = rendered(stage, profiles.Profile(partition="debug", ray_object_store_gb=64.0), None)
+    assert "\nexport JOBS_RAY_OBJECT_STORE_GB=64\n" in text and text.index("JOBS_RAY_OBJECT_STORE_GB") < text.index("srun")
+    path = tmp_path / "profiles.yaml"
+    path.write_text("small:\n  ray_object_store_gb: 0\n")
+    monkeypatch.setenv("JOBS_PROFILES", str(path))
+    with pytest.raises(ExecutorError, match="ray_object_store_gb must be a number in"):
+        profiles.load("small")

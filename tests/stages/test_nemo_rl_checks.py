@@ -222,6 +222,84 @@ def test_the_reward_models_export_config_loads_a_one_score_sequence_classifier(t
     assert model.score.out_features == 1
 
 
+#: Nemotron-3-Nano's config.json as the checkpoint ships it, cut to what decides the class it loads as:
+#: its own modelling code, reached through auto_map (no sequence classifier among them).
+NEMOTRON_H = {"model_type": "nemotron_h", "architectures": ["NemotronHForCausalLM"],
+              "auto_map": {"AutoConfig": "configuration_nemotron_h.NemotronHConfig",
+                           "AutoModel": "modeling_nemotron_h.NemotronHForCausalLM",
+                           "AutoModelForCausalLM": "modeling_nemotron_h.NemotronHForCausalLM"}}
+#: The interpreter of the Megatron-Bridge venv (dev/bridge_venv.sh): transformers 4.57, the series of the
+#: nemo-rl image's 4.57.1 (NeMo RL 823fcc904 uv.lock); JOBS_MCORE_PYTHON names another.
+PINNED_PYTHON = os.environ.get("JOBS_MCORE_PYTHON") or str(Path(__file__).parents[2] / ".venv-bridge" / "bin" / "python")
+ROOT = Path(__file__).parents[2]
+
+
+def _in_pinned_transformers(script: str, *args) -> dict:
+    if not Path(PINNED_PYTHON).is_file():
+        pytest.skip(f"{PINNED_PYTHON} is absent: dev/bridge_venv.sh builds it, or set JOBS_MCORE_PYTHON")
+    p = subprocess.run([PINNED_PYTHON, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r})\n{script}", *map(str, args)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_the_reward_models_export_loads_with_the_class_it_names_in_the_images_transformers(tmp_path):
+    """In transformers 4.57 (the image's series), as NeMo RL's DTensor worker loads a reward model: the
+    exported config's class is the one AutoModelForSequenceClassification builds, with one score."""
+    from transformers import LlamaConfig
+
+    from stages.backends import nemo_rl
+
+    LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                vocab_size=64, architectures=["LlamaForCausalLM"]).save_pretrained(tmp_path)
+    nemo_rl.as_reward_model(tmp_path)
+    got = _in_pinned_transformers(
+        "import json, transformers\n"
+        "from transformers import AutoConfig, AutoModelForSequenceClassification\n"
+        "from stages.backends.nemo_rl import sequence_classifier_problem\n"
+        "cfg = AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+        "m = AutoModelForSequenceClassification.from_config(cfg, trust_remote_code=True)\n"
+        "print(json.dumps({'version': transformers.__version__, 'class': type(m).__name__, 'named': cfg.architectures,"
+        " 'scores': m.score.out_features, 'problem': sequence_classifier_problem(sys.argv[1])}))", tmp_path)
+    assert got["version"].startswith("4.57.")
+    assert got["class"] == got["named"][0] == "LlamaForSequenceClassification" and got["scores"] == 1
+    assert got["problem"] is None
+
+
+def test_a_nemotron_h_reward_model_has_no_class_to_load_as_and_rm_says_so_before_training(tmp_path):
+    """The export would name NemotronHForSequenceClassification, which neither the image's transformers
+    (4.57: no nemotron_h at all) nor the checkpoint's code defines, and NeMo RL's Megatron backend trains
+    no reward model (megatron_policy_worker.py:567-572): the rm job refuses the model in one line before
+    NeMo RL starts. This venv's transformers has a native NemotronH: a tiny one, built on CPU, has no
+    sequence-classification class either."""
+    import transformers
+    from transformers import AutoModelForSequenceClassification, NemotronHConfig
+
+    from stages.backends import nemo_rl
+
+    (tmp_path / "config.json").write_text(json.dumps(NEMOTRON_H))
+    nemo_rl.as_reward_model(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["NemotronHForSequenceClassification"]
+    got = _in_pinned_transformers(
+        "import json, transformers\n"
+        "from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES\n"
+        "from stages.backends.nemo_rl import sequence_classifier_problem\n"
+        "print(json.dumps({'version': transformers.__version__, 'native': 'nemotron_h' in CONFIG_MAPPING_NAMES,"
+        " 'defined': hasattr(transformers, 'NemotronHForSequenceClassification'),"
+        " 'problem': sequence_classifier_problem(sys.argv[1])}))", tmp_path)
+    assert got["version"].startswith("4.57.") and not got["native"] and not got["defined"]
+    problem = got["problem"]
+    assert problem.startswith("'nemotron_h' has no sequence-classification class in transformers 4.57.")
+    assert "auto_map: AutoConfig, AutoModel, AutoModelForCausalLM" in problem and "\n" not in problem
+    assert not hasattr(transformers, "NemotronHForSequenceClassification")
+    tiny = NemotronHConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, hybrid_override_pattern="M*",
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, mamba_num_heads=2,
+                           mamba_head_dim=16, ssm_state_size=8, n_groups=1, intermediate_size=64)
+    with pytest.raises(ValueError, match="Unrecognized configuration class"):
+        AutoModelForSequenceClassification.from_config(tiny)
+    assert nemo_rl.sequence_classifier_problem(tmp_path).startswith("'nemotron_h' has no sequence-classification class")
+
+
 def test_a_relative_vllm_python_or_one_with_hf_generation_is_refused():
     from stages import eval as ev
 
@@ -230,3 +308,90 @@ def test_a_relative_vllm_python_or_one_with_hf_generation_is_refused():
     cfg, res = nano3("eval", ["eval.backend=hf", "~eval.vllm_cfg", "~eval.vllm_kwargs"])
     assert "eval.vllm_python applies only to eval.backend=vllm (remove it, or set the backend)" in ev.check_config(cfg, res)
     assert ev.check_config(nano3("eval")[0], nano3("eval")[1]) == []
+
+
+def test_rl_waits_on_the_reward_model_only_when_it_scores_rollouts_with_it(tmp_path):
+    """A verifier-only GRPO (nano3's math environment, tiny's default) never loads the rm stage's model:
+    its job does not wait on rm nor on the preference pairs; scored by the reward model, it waits on both
+    rm and what it reads. run_grpo_math.py builds only env["math"] (NeMo RL nano-v3)."""
+    from jobs import plan as planning
+    from lineage import Store
+    from stages import rl
+
+    store = Store(tmp_path / "store")
+
+    def upstream(recipe, stage_sel, overrides=()):
+        p = planning.make_plan(store, recipe, stage_sel, overrides=list(overrides), executor="slurm")
+        return {role: stage for role, (stage, _) in next(s for s in p.stages if s.stage == "rl").upstream.items()}
+
+    assert upstream("nano3", "all") == {"policy": "sft", "prompts": "prep_rl"}
+    assert upstream("tiny", "all") == {"policy": "sft", "prompts": "data"}
+    assert upstream("tiny", "all", ["rl.reward.kind=reward_model"]) == {
+        "policy": "sft", "prompts": "data", "reward_model": "rm"}
+    assert upstream("tiny", "all", ["rl.algorithm=dpo", "rl.dpo.pairs=offline"]) == {
+        "policy": "sft", "prompts": "data", "prefs": "data"}
+    rm_env = {"precision": "bfloat16", "batch_size": 8, "resources": {"gpus_per_node": 8, "num_nodes": 1}}
+    cfg, _ = nano3("rl", ["~rl.env.math", f"+rl.env.reward_model={rm_env}".replace("'", "")])
+    assert rl.unused_inputs(cfg) == {"prefs"}
+    assert rl.unused_inputs(nano3("rl", ["rl.algorithm=dpo"])[0]) == {"prompts", "reward_model"}
+
+
+#: The pinned upstream sources (`git archive`s of the images' commits); JOBS_UPSTREAM_DIR names another folder.
+UPSTREAM = Path(os.environ.get("JOBS_UPSTREAM_DIR") or ROOT.parent / "shared" / "upstream")
+
+
+def _upstream_yaml(archive: str, member: str) -> dict:
+    import tarfile
+
+    import yaml
+
+    path = UPSTREAM / archive
+    if not path.is_file():
+        pytest.skip(f"{path} is absent: the pinned upstream sources (set JOBS_UPSTREAM_DIR)")
+    with tarfile.open(path) as tar:
+        name = next(n for n in tar.getnames() if n.endswith(member))
+        return yaml.safe_load(tar.extractfile(name).read())
+
+
+def _at(cfg: dict, dotted: str):
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def test_nano3_grpo_takes_nvidias_nano_v3_values_where_the_1b_parent_differs():
+    """Our rendered GRPO config merged over its parent (grpo_math_1B.yaml) as NeMo RL's loader merges it
+    (OmegaConf), read against NeMo RL nano-v3's own grpo_nanov3.yaml, both from the pinned archive."""
+    from omegaconf import OmegaConf
+
+    parent = _upstream_yaml("nemo-rl-823fcc904.tar.gz", "examples/configs/grpo_math_1B.yaml")
+    nvidia = _upstream_yaml("nemo-rl-823fcc904.tar.gz", "examples/nemo_gym/grpo_nanov3.yaml")
+    _, _, _, out, _ = rendered("rl")
+    ours = OmegaConf.to_container(OmegaConf.merge(parent, {k: v for k, v in out.items() if k != "defaults"}))
+    keys = ("policy.megatron_cfg.scheduler.lr_warmup_init", "grpo.overlong_filtering",
+            "policy.megatron_cfg.moe_permute_fusion")
+    assert {k: _at(parent, k) for k in keys} != {k: _at(nvidia, k) for k in keys}   # what a 1B parent would give
+    assert {k: _at(ours, k) for k in keys} == {k: _at(nvidia, k) for k in keys}
+
+
+@pytest.mark.parametrize("overrides,says", [
+    (["rl.step_time_s=1200"], "rl.checkpointing.checkpoint_must_save_by: 00:03:40:00 + one step (1200 s) ends 300 s "
+                              "after the job's signal (240 min less 300 s)"),
+    (["rl.checkpointing.checkpoint_must_save_by=00:03:58:00"], "rl.checkpointing.checkpoint_must_save_by: 00:03:58:00 "
+                                                              "ends 180 s after the job's signal"),
+    (["rl.checkpointing.checkpoint_must_save_by=3h40m"], "checkpoint_must_save_by must be DD:HH:MM:SS (got '3h40m')"),
+    (["rl.step_time_s=-5"], "rl.step_time_s must be a number of seconds > 0, or null (got -5)"),
+])
+def test_a_save_deadline_that_cannot_fit_the_jobs_time_is_refused_at_submit(store_path, overrides, says):
+    """nano3's rl: 240 min, Slurm's signal 300 s before the end; NeMo RL saves up to one step before
+    checkpoint_must_save_by and may end one step after it. A 15-minute step still fits 3:40."""
+    from helpers import run_jobs, tree_digest
+
+    from stages.backends import nemo_rl
+
+    cfg, res = nano3("rl", ["rl.step_time_s=900"])
+    assert nemo_rl.check_config(cfg, "rl", res) == []
+    before = tree_digest(store_path)
+    r = run_jobs(store_path, "submit", "nano3", "--stage", "rl", "--dry-run", *overrides)
+    assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert tree_digest(store_path) == before

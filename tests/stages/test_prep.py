@@ -292,6 +292,45 @@ def test_prep_rl_reads_nvidias_rl_blend_rows_with_nano3s_own_agent_map(tmp_path)
     assert manifest["train"] == len(_rows(prompts / "train.jsonl"))
 
 
+def test_prep_rl_resolves_the_blends_placeholder_rows_and_refuses_a_blend_that_leaves_math_empty(store_path, tmp_path):
+    """A blend shaped like NVIDIA's, whose math rows are all `_hf_placeholder` rows: without resolving them
+    math gets no prompt, refused at submit; resolved through a hub mirror (copies of DAPO and Skywork laid
+    out as their hub repositories, read by the datasets library) with nano3's own targets, every one of
+    them becomes the prompt its template defines, and the job counts what it kept per environment."""
+    src = tmp_path / "src"
+    facts = make.make(src)
+    toy = ["prep_rl.eval.held_out=2", "prep_rl.valid_size=2", *make.overrides(src)["prep_rl"][1:2], "prep_rl.decontaminate.ngram=8"]
+
+    def source(resolve: bool) -> str:
+        return (f"prep_rl.sources=[{{name: blend, path: '{src}/rl/blend', env_map: {{{make.MATH_AGENT}: math}}, "
+                f"resolve_placeholders: {str(resolve).lower()}}}]")
+
+    before = tree_digest(store_path)
+    r = run_jobs(store_path, "submit", "nano3", "--stage", "prep_rl", *QUIET, *toy, source(False))
+    assert r.code == 2, r.out + r.err
+    assert len(r.err.strip().splitlines()) == 1 and "prep_rl.mix.math: no source row would become a 'math' prompt" in r.err
+    assert "18 _hf_placeholder rows with resolve_placeholders off" in r.err, r.err
+    assert tree_digest(store_path) == before
+
+    r = run_jobs(store_path, "submit", "nano3", "--stage", "prep_rl", *QUIET, *toy, source(True),
+                 f"prep_rl.hub_mirror={src}/hub")
+    assert r.code == 0, r.out + r.err
+    store = Store(store_path)
+    view = latest_run(store, "prep_rl")
+    prompts, ev = output(store, view, "prompts"), output(store, view, "eval")
+    rows = _rows(prompts / "train.jsonl") + _rows(prompts / "validation.jsonl")
+    held = [x for x in _rows(ev / "test.jsonl") if x["source"] == "held_out"]
+    assert {x["prompt"]: x["answer"] for x in rows + held} == facts["resolved"]
+    assert {x["task_name"] for x in rows} == {"math"}
+    m = view.metrics
+    assert m["prep/rl/placeholder_resolved"] == len(facts["resolved"]) == 16
+    assert m["prep/rl/placeholder_bad_row"] == 1 and m["prep/rl/placeholder_unknown_dataset"] == 1
+    assert m["prep/rl/dropped_placeholder"] == 2 and m["prep/rl/dropped_unmapped_env"] == facts["n_blend_code"]
+    assert m["prep/rl/kept/math"] == 16 - 2 and m["prep/rl/train/math"] == 16 - 2 - 2
+    manifest = json.loads((prompts / "manifest.json").read_text())
+    assert manifest["kept_per_env"] == {"math": 14} and manifest["per_env"] == {"math": 12}
+
+
 @pytest.mark.parametrize("stage,override,says", [
     ("prep_pretrain", "prep_pretrain.sources=[{name: web, text_field: text, weight: 1}]", "prep_pretrain.sources[0].path is missing"),
     ("prep_pretrain", "prep_pretrain.sources=[{name: web, path: 'hf://x/y', text_field: text, weight: 0}]", "weight must be a number > 0"),
@@ -300,7 +339,8 @@ def test_prep_rl_reads_nvidias_rl_blend_rows_with_nano3s_own_agent_map(tmp_path)
     ("prep_rl", "prep_rl.sources=[{name: c, path: 'hf://x/y', prompt_only: true, env: reward_model}]",
      "environment 'reward_model' is not in prep_rl.mix"),
     ("prep_rl", "prep_rl.mix.math=-1", "prep_rl.mix.math must be a number > 0"),
-    ("prep_rl", "prep_rl.sources.0.resolve_placeholders=true", "fetching _hf_placeholder rows from DAPO / Skywork is not implemented"),
+    ("prep_rl", "prep_rl.hub_mirror=/", "prep_rl.sources[0].path hf://nvidia/Nemotron-3-Nano-RL-Training-Blend: the hub mirror has no copy"),
+    ("prep_rl", "~prep_rl.placeholders", "prep_rl.sources[0].resolve_placeholders needs prep_rl.placeholders"),
     ("prep_pretrain,prep_sft", "prep_sft.packing_algorithm=best_fit", "prep_sft.packing_algorithm must be one of"),
 ])
 def test_bad_prep_config_is_refused_at_submit_in_one_line(store_path, stage, override, says):
