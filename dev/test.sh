@@ -55,7 +55,7 @@ cd "$root"
 # second core would idle; tests/conftest.py keeps on one worker what must share one (the pipeline
 # fixture, the Slurm cluster, each module's fixtures). JOBS_TEST_WORKERS=0 runs them in this process.
 # OMP_WAIT_POLICY=PASSIVE: with two tests training side by side, torch's OpenMP threads that spin at
-# each barrier take the core the other needs (bench/README.md: 3.5-6x slower); passive threads sleep.
+# each barrier take the core the other needs and slow both down several times; passive threads sleep.
 # It changes waiting only, not the arithmetic.
 [ "${JOBS_TEST_WORKERS:-2}" = 0 ] || export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 # JOBS_NO_SKIP: the set-up above provides every library, venv, package and privilege a test needs, so
