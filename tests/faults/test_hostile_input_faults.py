@@ -1,0 +1,152 @@
+"""Hostile input to sweeps: refused in one line, never a hang.
+
+Every case runs the real `jobs` command on a copy of a store where testchain's count stage ran once,
+with a time limit (a case past it counts as a hang), and must exit 2 with exactly one `jobs: error:`
+line naming the fault, no traceback, and the store byte for byte as before. The
+cases are counted in one summary line at the end of the module, as the other fault suites do; each
+case also prints how long its refusal took.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from helpers import JOBS, count_once, tree_state
+from lineage import Store
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+TIMEOUT = 60     # a case still running after this is a hang (the refusals take about a second)
+
+
+def base_env(tmp: Path) -> dict:
+    return {"HOME": str(tmp / "home"), "JOBS_CACHE_DIR": str(tmp / "cache"),
+            "JOBS_RECIPES": str(FIXTURES / "recipes"),
+            "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory) -> Path:
+    """A store in which testchain's count stage succeeded once (copied, never changed, by the cases)."""
+    tmp = tmp_path_factory.mktemp("counted")
+    return count_once(tmp, base_env(tmp))
+
+
+@dataclass
+class Box:
+    tmp: Path
+    store: Path
+    env: dict
+
+    def count_run(self) -> str:
+        (run,) = [r["id"] for r in Store(self.store).index().runs(stage="count")]
+        return run
+
+
+@pytest.fixture
+def box(tmp_path, monkeypatch, counted) -> Box:
+    for d in ("home", "cwd", "cache"):
+        (tmp_path / d).mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("JOBS_CACHE_DIR", str(tmp_path / "cache"))
+    store = tmp_path / "store"
+    shutil.copytree(counted, store, symlinks=True)
+    return Box(tmp_path, store, base_env(tmp_path))
+
+
+@dataclass
+class Case:
+    id: str
+    item: str                                   # which class: sweep, grid
+    prepare: Callable[[Box], list[str]]         # -> the command's arguments
+    message: str                                # in the one stderr line (exit 2)
+    watch: Callable[[Box], list[Path]] = lambda b: []   # files outside the store that must not change
+
+
+def sweep(id: str, *specs: str, message: str, stage: str = "count", item: str = "sweep") -> Case:
+    args = ["submit", "testchain", "--stage", stage, *(x for s in specs for x in ("--sweep", s)), "--dry-run"]
+    return Case(id, item, lambda b: args, message)
+
+
+CASES = [
+    # grids sized from the axes' arithmetic before any point is listed
+    Case("grid 10^6 one axis", "grid", lambda b: ["submit", "tiny", "--stage", "data", "--sweep",
+                                                   "data.n_sft=range(1000,1001000)", "--dry-run"],
+         "1000000 values; a sweep has at most"),
+    sweep("grid 10^6 two axes", "count.steps=range(0,1000)", "count.step_s=range(0,1000)",
+          message="a grid of 1000 x 1000 = 1000000 points", item="grid"),
+    sweep("grid 10^12 two axes", "count.steps=range(0,1000000)", "count.step_s=range(0,1000000)",
+          message="1000000 values", item="grid"),
+    sweep("grid 10^20 values", "count.steps=range(0,100000000000000000000)", message="1e+20 values", item="grid"),
+    sweep("grid 10**20", "count.steps=range(10**20)", message="bad --sweep", item="grid"),
+    sweep("grid float step tiny", "count.step_s=range(0,1,1e-300)", message="1e+300 values", item="grid"),
+    sweep("grid three axes", "count.steps=range(0,200)", "count.step_s=range(0,200)", "+count.x=range(0,200)",
+          message="= 8000000 points", item="grid"),
+    # sweep expressions: one reading, each refused in one line
+    sweep("range step zero", "count.steps=range(1,10,0)", message="range() step is 0"),
+    sweep("range empty", "count.steps=range(5,5)", message="has no values"),
+    sweep("range backwards", "count.steps=range(1,10,-1)", message="has no values"),
+    sweep("range infinite", "count.step_s=range(0,inf)", message="finite numbers"),
+    sweep("range nan", "count.step_s=range(0,nan)", message="finite numbers"),
+    sweep("choice in choice", "count.steps=choice(choice(1,2),3)", message="a sweep inside a sweep"),
+    sweep("two ranges", "count.steps=range(1,3),range(5,6)", message="a sweep inside a sweep"),
+    sweep("glob", "count.steps=glob(*)", message="glob() picks config groups"),
+    sweep("shuffle", "count.steps=shuffle(1,2,3)", message="shuffle() gives a new order"),
+    sweep("shuffle empty", "count.steps=shuffle()", message="shuffle() gives a new order"),
+    sweep("shuffle range", "count.steps=shuffle(range(1,4))", message="shuffle() gives a new order"),
+    sweep("interval", "count.step_s=interval(0,1)", message="interval() has no points"),
+    sweep("empty choice", "count.steps=choice()", message="empty choice"),
+    sweep("unbalanced", "count.steps=range(1,", message="bad --sweep"),
+    sweep("repeated value", "count.steps=1,1", message="a value is repeated"),
+    sweep("key of another stage", "double.fail=true,false", message="sets the config of stage double"),
+    sweep("key of another stage second", "count.steps=1,2", "double.fail=true,false",
+          message="sets the config of stage double"),
+]
+
+
+RESULTS: list[dict] = []
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input_is_refused_in_one_line_and_changes_nothing(case: Case, box: Box):
+    args = case.prepare(box)
+    Store(box.store).index()          # a read command may sync the index (in the per-host cache, not the store)
+    watched = case.watch(box)
+    before = (tree_state(box.store), [p.read_bytes() if p.exists() else None for p in watched])
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run([JOBS, "--store", str(box.store), *args], capture_output=True, text=True,
+                           env={**os.environ, **box.env}, timeout=TIMEOUT)
+        code, out, err, hang = p.returncode, p.stdout, p.stderr, False
+    except subprocess.TimeoutExpired as e:
+        code, out, err, hang = None, str(e.stdout or ""), str(e.stderr or ""), True
+    took = time.monotonic() - t0
+    after = (tree_state(box.store), [p.read_bytes() if p.exists() else None for p in watched])
+    result = {"case": case.id, "item": case.item, "hang": hang, "traceback": "Traceback" in out + err,
+              "one_line": code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("jobs: error: ")
+              and case.message in err, "store_changed": after != before}
+    RESULTS.append(result)
+    print(f"\n{case.id}: {took:.2f}s: {err.strip()}")
+    assert not hang, f"still running after {TIMEOUT}s"
+    assert not result["traceback"], err
+    assert result["one_line"], (code, out, err)
+    assert not result["store_changed"], "the store (or containers.lock) changed on an error"
+
+
+def test_summary():
+    """One count over the cases above, as the other fault suites report them."""
+    if len(RESULTS) < len(CASES):
+        pytest.skip("the summary needs every case of this module to have run")
+    summary = {"cases": len(RESULTS), "clean one-line errors": sum(r["one_line"] for r in RESULTS),
+               "tracebacks": sum(r["traceback"] for r in RESULTS), "hangs": sum(r["hang"] for r in RESULTS),
+               "store changes on error": sum(r["store_changed"] for r in RESULTS)}
+    items = sorted({r["item"] for r in RESULTS})
+    print("\nhostile input faults: " + ", ".join(f"{k} {v}" for k, v in summary.items()) + f" (items: {', '.join(items)})")
+    assert summary == {"cases": len(CASES), "clean one-line errors": len(CASES), "tracebacks": 0, "hangs": 0,
+                       "store changes on error": 0}
