@@ -1,4 +1,4 @@
-"""Hostile input to sweeps: refused in one line, never a hang.
+"""Hostile input to sweeps and run records: refused in one line, never a hang.
 
 Every case runs the real `jobs` command on a copy of a store where testchain's count stage ran once,
 with a time limit (a case past it counts as a hang), and must exit 2 with exactly one `jobs: error:`
@@ -8,6 +8,7 @@ case also prints how long its refusal took.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -63,7 +64,7 @@ def box(tmp_path, monkeypatch, counted) -> Box:
 @dataclass
 class Case:
     id: str
-    item: str                                   # which class: sweep, grid
+    item: str                                   # which class: sweep, grid, reproduce
     prepare: Callable[[Box], list[str]]         # -> the command's arguments
     message: str                                # in the one stderr line (exit 2)
     watch: Callable[[Box], list[Path]] = lambda b: []   # files outside the store that must not change
@@ -72,6 +73,42 @@ class Case:
 def sweep(id: str, *specs: str, message: str, stage: str = "count", item: str = "sweep") -> Case:
     args = ["submit", "testchain", "--stage", stage, *(x for s in specs for x in ("--sweep", s)), "--dry-run"]
     return Case(id, item, lambda b: args, message)
+
+
+def edit_record(change: Callable[[dict], None]) -> Callable[[Box], list[str]]:
+    """Change the count run's record file in place, as anyone who may write the store can."""
+    def prepare(b: Box) -> list[str]:
+        run = b.count_run()
+        path = next((b.store / "records" / "run").rglob(f"{run}.json"))
+        body = json.loads(path.read_text())
+        change(body)
+        path.chmod(0o644)
+        path.write_text(json.dumps(body))
+        return ["reproduce", run]
+    return prepare
+
+
+def added_inputs_event(b: Box) -> list[str]:
+    """An `inputs` event planted among the run's events: the view's inputs no longer match the key."""
+    run = b.count_run()
+    s = Store(b.store)
+    (art,) = s.run(run).outputs.values()
+    s.add_event(run, "inputs", inputs={"numbers": art})
+    return ["reproduce", run]
+
+
+def _set(path: str, value) -> Callable[[dict], None]:
+    def change(body: dict) -> None:
+        *head, last = path.split(".")
+        d = body
+        for k in head:
+            d = d[k]
+        d[last] = value
+    return change
+
+
+def reproduce_case(id: str, change: Callable[[dict], None], message: str = "no longer hashes to the run key") -> Case:
+    return Case(id, "reproduce", edit_record(change), message)
 
 
 CASES = [
@@ -107,6 +144,17 @@ CASES = [
     sweep("key of another stage", "double.fail=true,false", message="sets the config of stage double"),
     sweep("key of another stage second", "count.steps=1,2", "double.fail=true,false",
           message="sets the config of stage double"),
+    # a record edited after it was recorded is refused by reproduce before anything runs it
+    reproduce_case("record config edited", _set("config.count.steps", 3)),
+    reproduce_case("record input added", _set("inputs", {"numbers": "art_" + "0" * 64})),
+    reproduce_case("record module edited", _set("module", "teststages.double")),
+    reproduce_case("record stage edited", _set("stage", "double")),
+    reproduce_case("record environment edited", _set("environment.digest", "sha256:" + "0" * 64)),
+    reproduce_case("record code edited", lambda body: body["code"].update(snapshot="art_" + "1" * 64),
+                   message="no longer hashes to the run key"),
+    reproduce_case("record config retyped", _set("config", [1, 2]), message="'config' is missing or not a dict"),
+    reproduce_case("record key removed", lambda body: body.pop("run_key"), message="records no run key"),
+    Case("inputs event planted", "reproduce", added_inputs_event, "no longer hashes to the run key"),
 ]
 
 
