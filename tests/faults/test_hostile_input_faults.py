@@ -1,8 +1,8 @@
-"""Hostile input to sweeps and run records: refused in one line, never a hang.
+"""Hostile input to sweeps, records and containers.lock: refused in one line, never a hang.
 
 Every case runs the real `jobs` command on a copy of a store where testchain's count stage ran once,
 with a time limit (a case past it counts as a hang), and must exit 2 with exactly one `jobs: error:`
-line naming the fault, no traceback, and the store byte for byte as before. The
+line naming the fault, no traceback, and the store and containers.lock byte for byte as before. The
 cases are counted in one summary line at the end of the module, as the other fault suites do; each
 case also prints how long its refusal took.
 """
@@ -64,7 +64,7 @@ def box(tmp_path, monkeypatch, counted) -> Box:
 @dataclass
 class Case:
     id: str
-    item: str                                   # which class: sweep, grid, reproduce
+    item: str                                   # which class: sweep, grid, reproduce, lock, pin
     prepare: Callable[[Box], list[str]]         # -> the command's arguments
     message: str                                # in the one stderr line (exit 2)
     watch: Callable[[Box], list[Path]] = lambda b: []   # files outside the store that must not change
@@ -111,6 +111,45 @@ def reproduce_case(id: str, change: Callable[[dict], None], message: str = "no l
     return Case(id, "reproduce", edit_record(change), message)
 
 
+DIGEST = "sha256:" + "ab" * 32
+GOOD_LOCK = "tiny-cpu:\n  image: 127.0.0.1:5443/jobs/tiny-cpu:0.1\n  digest: sha256:" + "cd" * 32 + "\n"
+LOCK_READERS = {"list": ["containers", "list"], "pin": ["containers", "pin", "tiny-cpu", "--digest", DIGEST],
+                "import": ["containers", "import", "tiny-cpu", "--dry-run"],
+                "submit": ["submit", "tiny", "--stage", "data", "--executor", "slurm", "--dry-run"]}
+
+
+def machine_lock(b: Box) -> Path:
+    return b.tmp / "machine.lock"
+
+
+def lock_case(id: str, text: str, reader: str, message: str) -> Case:
+    """The machine's lock ($JOBS_CONTAINERS_LOCK) holds `text`; `reader` reads it."""
+    def prepare(b: Box) -> list[str]:
+        machine_lock(b).write_text(text.replace("MARKER", str(b.tmp / "owned")))
+        b.env["JOBS_CONTAINERS_LOCK"] = str(machine_lock(b))
+        return LOCK_READERS[reader]
+    return Case(f"{id} ({reader})", "lock", prepare, message, watch=lambda b: [machine_lock(b), b.tmp / "owned"])
+
+
+def pin_case(value: str) -> Case:
+    def prepare(b: Box) -> list[str]:
+        machine_lock(b).write_text(GOOD_LOCK)
+        b.env["JOBS_CONTAINERS_LOCK"] = str(machine_lock(b))
+        return ["containers", "pin", "tiny-cpu", "--digest", DIGEST, "--image", value]
+    return Case(f"pin --image {value}", "pin", prepare, "bad image", watch=lambda b: [machine_lock(b)])
+
+
+BAD_LOCKS = [
+    ("yaml error", "tiny-cpu: {image: [x\n", "not valid YAML"),
+    ("list at top", "- tiny-cpu\n- nemo\n", "expected a mapping of image names"),
+    ("entry a string", "tiny-cpu: 127.0.0.1:5443/jobs/tiny-cpu:0.1\n", "must be a mapping"),
+    ("entry without image", "mine: {digest: null}\n", "image is missing"),
+    ("python tag", "tiny-cpu: !!python/object/apply:os.system ['touch MARKER']\n", "not valid YAML"),
+    ("image a number", "tiny-cpu: {image: 5, digest: null}\n", "image must be a string"),
+    ("digest a list", "tiny-cpu: {image: x/y:1, digest: [1]}\n", "digest must be a string"),
+]
+
+
 CASES = [
     # grids sized from the axes' arithmetic before any point is listed
     Case("grid 10^6 one axis", "grid", lambda b: ["submit", "tiny", "--stage", "data", "--sweep",
@@ -155,6 +194,9 @@ CASES = [
     reproduce_case("record config retyped", _set("config", [1, 2]), message="'config' is missing or not a dict"),
     reproduce_case("record key removed", lambda body: body.pop("run_key"), message="records no run key"),
     Case("inputs event planted", "reproduce", added_inputs_event, "no longer hashes to the run key"),
+    # a malformed lock, refused by every command that reads it; hostile --image values never written
+    *(lock_case(id, text, reader, message) for id, text, message in BAD_LOCKS for reader in LOCK_READERS),
+    *(pin_case(v) for v in ['"x', "{x", "[x", "*x", "&x", "!x", "%x", "|", ">", "x\ny", "a: b", "x #y"]),
 ]
 
 
