@@ -240,3 +240,53 @@ def test_summary():
     print("\nhostile input faults: " + ", ".join(f"{k} {v}" for k, v in summary.items()) + f" (items: {', '.join(items)})")
     assert summary == {"cases": len(CASES), "clean one-line errors": len(CASES), "tracebacks": 0, "hangs": 0,
                        "store changes on error": 0}
+
+
+# ---- a team store: members add, never remove another member's records --------------------------
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a second Unix user needs root (CI has it)")
+def test_a_team_member_adds_records_but_cannot_remove_another_members(tmp_path):
+    import grp
+    import tempfile
+
+    from helpers import MATE, TEAM, ensure_mate, run_jobs
+
+    ensure_mate()
+    top = Path(tempfile.mkdtemp(prefix="jobs-team-", dir="/tmp"))   # pytest's folders are 0700
+    try:
+        os.chmod(top, 0o755)
+        root = top / "store"
+        root.mkdir()
+        os.chown(root, -1, grp.getgrnam(TEAM).gr_gid)
+        os.chmod(root, 0o2770)
+        env = {**base_env(tmp_path), "HOME": str(tmp_path)}
+        r = run_jobs(root, "submit", "testchain", "--stage", "count", "count.steps=2", "count.step_s=0", env=env)
+        assert r.code == 0, r.err
+        s = Store(root)
+        (run,) = [x["id"] for x in s.index().runs()]
+        record = next((root / "records" / "run").rglob(f"{run}.json"))
+        ref = root / "refs" / "testchain" / "count" / "result"
+        mine = [record, ref / "v000001.json", next((root / "records" / "event").rglob("*.json")),
+                next((root / "records" / "artifact").rglob("*.json"))]
+
+        def mate(*cmd: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["runuser", "-u", MATE, "--", *cmd], capture_output=True, text=True, cwd="/")
+
+        for f in mine:   # neither unlinked nor renamed away by another member
+            assert mate("rm", "-f", str(f)).returncode != 0 and f.exists(), f
+            assert mate("mv", str(f), str(f.parent / "gone.json")).returncode != 0 and f.exists(), f
+        assert mate("rm", "-rf", str(root / "runs" / run)).returncode != 0 and (root / "runs" / run).is_dir()
+        assert mate("cat", str(ref / ".latest")).stdout.strip() == "1"   # the hint is the group's to read
+        # The member adds a version of the owner's name: the hint, not the member's to replace, is
+        # rewritten in place, and both resolve :latest from it.
+        (art,) = s.run(run).outputs.values()
+        add = mate("/usr/bin/python3", "-c", "import sys; sys.path.insert(0, sys.argv[1]); from lineage import refs; "
+                   "print(refs.add(__import__('pathlib').Path(sys.argv[2]), 'testchain/count/result', sys.argv[3], None))",
+                   str(Path(__file__).parents[2]), str(root / "refs"), art)
+        assert add.returncode == 0 and add.stdout.strip() == "2", add.stderr
+        assert (ref / ".latest").read_text().strip() == "2" and (ref / "v000002.json").exists()
+        assert (ref / ".latest").stat().st_uid == os.getuid()      # still the owner's file
+        shown = run_jobs(root, "show", "testchain/count/result:latest", env=env)
+        assert shown.code == 0 and "v2" in shown.out, shown.out + shown.err
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(top)])
+        shutil.rmtree(top, ignore_errors=True)
