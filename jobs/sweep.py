@@ -450,21 +450,28 @@ def cancel(store, ident: str) -> list[str]:
 
     view = _view(store, ident)
     store.ensure_writable()
-    lines, arrays = [], set()
+    lines, arrays, in_arrays, alone = [], set(), [], []
     for r in view.runs:
         run = store.run(r) if r else None
         if run is None or run.state in TERMINAL:
             continue
-        job = slurm_job(run)
         array = next((j.get("array") for j in reversed(run.jobs) if j.get("array")), None)
-        if job and array:
-            store.add_event(run.id, "status", state=RunState.CANCELLED, reason="cancelled by user (its sweep)")
+        if slurm_job(run) and array:
             arrays.add(str(array))
-            lines.append(f"{run.id} cancelled (array job {array})")
+            in_arrays.append((run, array))
         else:
-            lines.append(f"{run.id} cancelled ({cancel_one(store, run)})")
-    for array in sorted(arrays):
-        subprocess.run(["scancel", array], check=True, capture_output=True)
+            alone.append(run)
+    for array in sorted(arrays):   # a point is recorded CANCELLED only once scancel took its array
+        done = subprocess.run(["scancel", array], capture_output=True, text=True)
+        said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        if done.returncode or said:
+            raise JobsError(f"sweep {view.id} not cancelled: scancel {array} said "
+                            f"{said[-1] if said else f'nothing (exit {done.returncode})'}")
+    for run, array in in_arrays:
+        store.add_event(run.id, "status", state=RunState.CANCELLED, reason="cancelled by user (its sweep)")
+        lines.append(f"{run.id} cancelled (array job {array})")
+    for run in alone:
+        lines.append(f"{run.id} cancelled ({cancel_one(store, run)})")
     if not lines:
         raise JobsError(f"sweep {view.id}: every point already ended; nothing cancelled")
     return lines + ([f"scancel {' '.join(sorted(arrays))}"] if arrays else [])

@@ -8,6 +8,7 @@ validation and the real submission all render from the same values.
 """
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import subprocess
@@ -291,6 +292,20 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
         raise ExecutorError(lacks_message(gone, why, image.reference, f"{stage['recipe']}/{stage['stage']}"))
 
 
+@functools.cache
+def check_pyxis() -> None:
+    """Refuse, at submit, a pyxis run on a cluster whose srun lacks pyxis's --container-image: the
+    job would be accepted and die in the queue with `srun: unrecognized option`."""
+    try:
+        done = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=30)
+        offered = "--container-image" in done.stdout + done.stderr
+    except (OSError, subprocess.SubprocessError):
+        offered = False
+    if not offered:
+        raise ExecutorError("this cluster's srun has no --container-image (pyxis is not installed): the profile's "
+                            "container_runtime is pyxis; set container_runtime: charliecloud, or containers: false")
+
+
 class SlurmExecutor:
     name = "slurm"
 
@@ -313,6 +328,8 @@ class SlurmExecutor:
                 record = {"container_image": image.reference if image else None, "profile": profile.name}
                 where = None
                 if image is not None:
+                    if profile.container_runtime == "pyxis":
+                        check_pyxis()
                     self.bundle = self.bundle or bundles.collect()
                     where = in_image(store_root, plan.code, image, profile, self.bundle)
                     record.update(container_runtime=profile.container_runtime,
