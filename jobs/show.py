@@ -173,11 +173,13 @@ def _mode(path: Path) -> str:
 
 
 def print_artifact(store, idx, art_id: str) -> None:
+    from jobs.errors import one_line   # a file name's control sequence is shown escaped, not run
+
     a = store.artifact(art_id)
     print(f"artifact  {a['id']}")
     print(f"kind      {a['kind']}   {len(a['manifest'])} files, {size(a['size'])}")
     print(f"names     {', '.join(idx.names_of(art_id)) or '-'}")
-    print(f"path      {a['path']}")
+    print(f"path      {one_line(str(a['path']))}")
     print(f"producer  {a.get('producer') or '-'}")
     from jobs.add import origin
     if origin(a):
@@ -188,7 +190,7 @@ def print_artifact(store, idx, art_id: str) -> None:
     print(f"modes     {_mode(Path(a['path']))} (the folder; each file's below, as on disk now)")
     for e in a["manifest"][:20]:
         where = Path(a["path"]) / e["path"] if a.get("is_dir", True) else Path(a["path"])
-        print(f"  {e['digest'][:19]}  {_mode(where)}  {size(e['size']):>10}  {e['path']}")
+        print(f"  {e['digest'][:19]}  {_mode(where)}  {size(e['size']):>10}  {one_line(e['path'])}")
     if len(a["manifest"]) > 20:
         print(f"  … {len(a['manifest']) - 20} more files")
 

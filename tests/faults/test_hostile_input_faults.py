@@ -290,3 +290,23 @@ def test_a_team_member_adds_records_but_cannot_remove_another_members(tmp_path):
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(top)])
         shutil.rmtree(top, ignore_errors=True)
+
+
+# ---- jobs add and jobs show: odd paths and terminal control sequences ---------------------------
+def test_add_takes_dot_dot_and_show_escapes_control_sequences(box: Box):
+    from helpers import run_jobs
+
+    corpus = box.tmp / "cwd" / "corpus"
+    (corpus / "inner").mkdir(parents=True)
+    (corpus / "train.txt").write_text("one document\n")
+    (corpus / "odd\x1b[2Jname.txt").write_text("x\n")
+    source = "https://example.org/c\x1b]0;owned\x07"
+    p = subprocess.run([JOBS, "--store", str(box.store), "add", "..", "--kind", "corpus", "--name", "mine/c",
+                        "--source", source], capture_output=True, text=True, cwd=corpus / "inner",
+                       env={**os.environ, **box.env}, timeout=TIMEOUT)
+    assert p.returncode == 0 and "mine/c:v1" in p.stdout, p.stderr
+    shown = run_jobs(box.store, "show", "mine/c:latest", env=box.env)
+    assert shown.code == 0, shown.err
+    assert "\x1b" not in shown.out and "\x07" not in shown.out, shown.out
+    assert "odd\\x1b[2Jname.txt" in shown.out and "c\\x1b]0;owned\\x07" in shown.out, shown.out
+    assert "train.txt" in shown.out
