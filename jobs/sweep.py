@@ -244,7 +244,11 @@ def submit(req, sweeps: list[str], max_parallel: int | None = None,
                  + (f", one Slurm job array %{min(max_parallel or len(sw.points), len(sw.points))}"
                     if req.executor == "slurm" else ", one after another"))
             echo("\n".join(f"#   point {i}: {said(p)}" for i, p in enumerate(sw.points)))
-            echo(executor.dry_run(store.root, plan))
+            if req.executor == "slurm":   # the array launch_array submits, not one point's script
+                echo(executor.dry_run_array(store.root, plan, len(sw.points), max_parallel,
+                                            store.root / "sweeps" / "<sweep>"))
+            else:
+                echo(executor.dry_run(store.root, plan))
             return None, [], True
         # The executor checks one point per distinct set of needs (resources and image are the stage's).
         groups: dict[tuple, int] = {}
