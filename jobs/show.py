@@ -40,8 +40,18 @@ def print_runs(rows: Iterable, as_json: bool = False, store=None, metric: str | 
     for r in rows:
         f = more.get(r["id"], {})
         val = f"  {number(f.get('metrics', {}).get(metric))}" if metric else ""
-        print(f"{r['id']:<36}  {r['recipe']:<8} {r['stage']:<9} {r['state'] or '?':<10} {r['executor'] or '-':<8} "
+        print(f"{r['id']:<36}  {r['recipe']:<8} {r['stage']:<9} {_state(store, r):<10} {r['executor'] or '-':<8} "
               f"{_when(r['created']):<19}  {duration(f.get('duration_s')):>7}{val}")
+
+
+def _state(store, row: dict) -> str:
+    """A running run whose process is gone without recording an end is LOST here, as `jobs status`
+    folds it (jobs.status.lost; computed on read, nothing written)."""
+    if store is None or row["state"] != "RUNNING":
+        return row["state"] or "?"
+    from jobs.status import lost
+
+    return lost(store.run(row["id"])).state
 
 
 def print_artifacts(idx, rows: Iterable, as_json: bool = False) -> None:
@@ -92,7 +102,9 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
 
 
 def print_run(store, idx, run_id: str) -> None:
-    v = store.run(run_id)
+    from jobs.status import lost
+
+    v = lost(store.run(run_id))   # a vanished process: LOST, as every view says
     s = v.spec
     print(f"run       {v.id}")
     print(f"recipe    {s.recipe} / {s.stage}   executor {s.executor}")

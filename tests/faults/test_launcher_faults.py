@@ -378,6 +378,9 @@ def test_a_local_run_whose_process_died_shows_lost_with_a_resubmit_hint(sandbox)
     st = run_jobs(box.store, "status", env=box.env)
     line = next(line for line in st.out.splitlines() if line.startswith(run))
     assert " LOST " in line and "--force" in line and f"jobs reproduce {run}" in line, st.out
+    listed = next(x for x in run_jobs(box.store, "list", env=box.env).out.splitlines() if x.startswith(run))
+    assert " LOST " in listed, listed                   # every view folds the vanished process the same way
+    assert "state     LOST  (process" in run_jobs(box.store, "show", run, env=box.env).out
     assert Store(box.store).run(run).state == "RUNNING"   # computed on read, nothing recorded
     assert run_jobs(box.store, "logs", run, "-f", env=box.env, timeout=60).code == 0   # -f stops on LOST
 
