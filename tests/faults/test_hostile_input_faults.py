@@ -64,7 +64,7 @@ def box(tmp_path, monkeypatch, counted) -> Box:
 @dataclass
 class Case:
     id: str
-    item: str                                   # which class: sweep, grid, reproduce, lock, pin
+    item: str                                   # which class: sweep, grid, reproduce, lock, pin, runtime
     prepare: Callable[[Box], list[str]]         # -> the command's arguments
     message: str                                # in the one stderr line (exit 2)
     watch: Callable[[Box], list[Path]] = lambda b: []   # files outside the store that must not change
@@ -139,6 +139,17 @@ def pin_case(value: str) -> Case:
     return Case(f"pin --image {value}", "pin", prepare, "bad image", watch=lambda b: [machine_lock(b)])
 
 
+def pyxis_submit(b: Box) -> list[str]:
+    """A real submit (no --dry-run) of a stage whose image is pinned, under the default runtime, pyxis
+    (which the development machines lack)."""
+    srun = subprocess.run(["sh", "-c", "srun --help 2>&1"], capture_output=True, text=True).stdout
+    if "--container-image" in srun:
+        pytest.skip("this machine's srun has pyxis")
+    machine_lock(b).write_text(GOOD_LOCK)
+    b.env["JOBS_CONTAINERS_LOCK"] = str(machine_lock(b))
+    return ["submit", "tiny", "--stage", "data", "--executor", "slurm"]
+
+
 BAD_LOCKS = [
     ("yaml error", "tiny-cpu: {image: [x\n", "not valid YAML"),
     ("list at top", "- tiny-cpu\n- nemo\n", "expected a mapping of image names"),
@@ -197,6 +208,8 @@ CASES = [
     # a malformed lock, refused by every command that reads it; hostile --image values never written
     *(lock_case(id, text, reader, message) for id, text, message in BAD_LOCKS for reader in LOCK_READERS),
     *(pin_case(v) for v in ['"x', "{x", "[x", "*x", "&x", "!x", "%x", "|", ">", "x\ny", "a: b", "x #y"]),
+    # a container runtime the cluster does not offer: refused at submit, not in the queue
+    Case("pyxis not installed", "runtime", pyxis_submit, "pyxis is not installed"),
 ]
 
 
