@@ -118,3 +118,20 @@ def ensure_mate() -> None:
         pwd.getpwnam(MATE)
     except KeyError:
         subprocess.run(["useradd", "-M", "-N", "-g", TEAM, "-s", "/bin/sh", MATE], check=True)
+
+
+def run_jobs_as(user: str, store: Path, *args: str, home: Path, timeout: float = 120) -> Result:
+    """The CLI of this checkout run as another Unix user, by the system's Python (the venv's
+    interpreter lives where only its owner may run it) with this checkout and the venv's packages on
+    sys.path; `home` (the user's own) holds their cache."""
+    import pwd
+
+    os.chown(home, pwd.getpwnam(user).pw_uid, -1)
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    p = subprocess.run(["runuser", "-u", user, "--", "env", f"JOBS_CACHE_DIR={home}", f"HOME={home}",
+                        f"PYTHONPYCACHEPREFIX={home}/pyc", "/usr/bin/python3", "-c",
+                        "import sys; sys.path[:0] = sys.argv[1:3]; del sys.argv[1:3]; sys.argv[0] = 'jobs'; "
+                        "from jobs.cli import main; sys.exit(main())",
+                        str(Path(__file__).parents[1]), site, "--store", str(store), *args],
+                       capture_output=True, text=True, timeout=timeout, cwd="/")
+    return Result(p.returncode, p.stdout, p.stderr)

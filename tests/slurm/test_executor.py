@@ -201,10 +201,9 @@ def test_a_foreign_users_cancel_that_scancel_refuses_records_nothing(tmp_path, e
     """Another member of a team store may write its records but not cancel the owner's Slurm job:
     scancel refuses, and the store keeps saying RUNNING (the owner's cancel then still works)."""
     import grp
-    import sys
     import tempfile
 
-    from helpers import MATE, TEAM, ensure_mate, tree_state
+    from helpers import MATE, TEAM, ensure_mate, run_jobs_as, tree_state
 
     ensure_mate()
     top = Path(tempfile.mkdtemp(prefix="jobs-team-", dir="/tmp"))   # pytest's folders are 0700
@@ -216,20 +215,12 @@ def test_a_foreign_users_cancel_that_scancel_refuses_records_nothing(tmp_path, e
         os.chmod(store, 0o2770)
         (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=200", "count.step_s=0.5")
         wait_for_progress(store, run, 1)
-        cache = top / "mate"
-        cache.mkdir()
-        os.chown(cache, __import__("pwd").getpwnam(MATE).pw_uid, -1)
+        (top / "mate").mkdir()
         before = tree_state(store)
-        site = next(p for p in sys.path if p.endswith("site-packages"))
-        p = subprocess.run(["runuser", "-u", MATE, "--", "env", f"JOBS_CACHE_DIR={cache}", f"HOME={cache}",
-                            f"PYTHONPYCACHEPREFIX={cache}/pyc", "/usr/bin/python3", "-c",
-                            "import sys; sys.path[:0] = sys.argv[1:3]; del sys.argv[1:3]; sys.argv[0] = 'jobs'; "
-                            "from jobs.cli import main; sys.exit(main())",
-                            str(Path(__file__).parents[2]), site, "--store", str(store), "cancel", run],
-                           capture_output=True, text=True, timeout=120, cwd="/")
-        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
-        assert p.stderr.startswith(f"jobs: error: run {run} not cancelled: scancel") and len(p.stderr.splitlines()) == 1
-        assert "denied" in p.stderr and "nothing recorded" in p.stderr, p.stderr
+        p = run_jobs_as(MATE, store, "cancel", run, home=top / "mate")
+        assert p.code == 2 and "Traceback" not in p.err, p.err
+        assert p.err.startswith(f"jobs: error: run {run} not cancelled: scancel") and len(p.err.splitlines()) == 1
+        assert "denied" in p.err and "nothing recorded" in p.err, p.err
         assert tree_state(store, skip=(store / "runs",)) == {k: v for k, v in before.items() if not k.startswith("runs")}
         assert Store(store).run(run).state == "RUNNING"
         r = run_jobs(store, "cancel", run, env=env)          # the owner's cancel is not "already ended"
