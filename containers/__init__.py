@@ -14,8 +14,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 LOCK = Path(__file__).resolve().parent / "containers.lock"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -61,11 +59,58 @@ def override() -> Path | None:
     return Path(value) if value else None
 
 
-def _entries(path: Path) -> dict[str, dict]:
+class LockError(ValueError):
+    """A lock that does not read as a mapping of image names to entries: one line, nothing used from it."""
+
+
+def parse_lock(text: str, where: Path | str, partial: bool = False) -> dict[str, dict]:
+    """The one reading of a lock's text: a mapping of image names, each entry a mapping with a
+    non-empty `image` string, an optional `digest` string and `libraries` mapping. Plain YAML only
+    (a `!!python` tag is refused, never built). `partial`: a machine's lock, whose entry may leave
+    `image` to the committed entry it is laid over."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())[:200]
+        raise LockError(f"{where}: not valid YAML{at}: {problem}") from None
+    if raw is None:
+        return {}
+    if isinstance(raw, dict) and set(raw) == {"images"}:
+        raw = raw["images"] or {}
+    if not isinstance(raw, dict):
+        raise LockError(f"{where}: expected a mapping of image names to entries, got a {type(raw).__name__}")
+    entries: dict[str, dict] = {}
+    for name, entry in raw.items():
+        if not isinstance(name, str) or not name:
+            raise LockError(f"{where}: image name {name!r} is not a string")
+        if not isinstance(entry, dict):
+            raise LockError(f"{where}: entry {name!r} must be a mapping with image: and digest:, "
+                            f"not a {type(entry).__name__}")
+        for key, want in (("image", str), ("digest", (str, type(None))), ("libraries", (dict, type(None)))):
+            if key == "image" and partial and key not in entry:
+                continue
+            if not isinstance(entry.get(key), want):
+                raise LockError(f"{where}: entry {name!r}: "
+                                + (f"{key} is missing" if key not in entry else f"{key} must be a "
+                                   + {"image": "string", "digest": "string or null", "libraries": "mapping"}[key]))
+        if "image" in entry and not entry["image"].strip():
+            raise LockError(f"{where}: entry {name!r}: image is empty")
+        entries[name] = dict(entry)
+    return entries
+
+
+def _entries(path: Path, partial: bool = False) -> dict[str, dict]:
     if not path.is_file():
         return {}
-    raw = yaml.safe_load(path.read_text()) or {}
-    return dict(raw.get("images", raw))
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LockError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    return parse_lock(text, path, partial)
 
 
 def load_lock(path: Path | None = None) -> dict[str, Image]:
@@ -76,7 +121,9 @@ def load_lock(path: Path | None = None) -> dict[str, Image]:
     else:
         entries = _entries(LOCK)
         extra = override()
-        for name, entry in (_entries(extra) if extra else {}).items():
+        for name, entry in (_entries(extra, partial=True) if extra else {}).items():
             entries[name] = {**entries.get(name, {}), **entry}
+            if "image" not in entries[name]:   # neither lock says which image
+                raise LockError(f"{extra}: entry {name!r}: image is missing (the committed lock has no {name!r})")
     return {name: Image(name, entry["image"], entry.get("digest") or None, dict(entry.get("libraries") or {}))
             for name, entry in entries.items()}

@@ -181,7 +181,8 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
     if existed:
         refs.check_folders(Store(store_root).refs, name)
     store = Store.open(store_root, create=True)
-    dest = import_path(store.root, uuid7(), src.name or "data")
+    # `..` or `.` names no folder to copy into: the folder's own name (of its absolute path) does.
+    dest = import_path(store.root, uuid7(), Path(os.path.abspath(src)).name or "data")
     try:
         store.ensure_writable()
         dest.parent.mkdir(parents=True)
@@ -238,9 +239,12 @@ def origin(record: dict) -> str | None:
     o = (record.get("metadata") or {}).get("origin")
     if not isinstance(o, dict):
         return None
+    from jobs.errors import one_line
+
     where = " ".join(x for x in (o.get("source"), f"@ {o['revision']}" if o.get("revision") else None) if x)
     copied = f"added from {o.get('path')} on {o.get('host')}" if o.get("path") else "added"
-    return f"{where} ({copied})" if where else copied
+    # A terminal control sequence in --source or a path is printed escaped, never run by the terminal.
+    return one_line(f"{where} ({copied})" if where else copied)
 
 
 def _remove(folder: Path) -> None:

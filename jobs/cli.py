@@ -353,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from containers import LockError
     from jobs.errors import JobsError, one_line
     from lineage.errors import LineageError
 
@@ -374,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     try:
         return args.func(args)
-    except (JobsError, LineageError) as e:
+    except (JobsError, LineageError, LockError) as e:
         sys.stderr.write(f"jobs: error: {one_line(str(e))}\n")
         return 2
     except BrokenPipeError:

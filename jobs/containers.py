@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import containers as pins
@@ -38,42 +39,68 @@ def _lock_names() -> str:
     return f"{pins.LOCK} (+ {extra})" if extra else str(pins.LOCK)
 
 
+# An image reference as registries spell it: [host[:port]/]path[:tag], lowercase path components.
+REFERENCE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?"
+                       r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+                       r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")
+
+
 def pin(name: str, digest: str, path: Path | None = None, image: str | None = None) -> Image:
     """Write `digest` (and `image`, when given) for `name` into a lock, atomically, keeping every other
     line as it was. The lock is `path`, else $JOBS_CONTAINERS_LOCK, else the committed one; an entry
-    the machine's lock lacks is added to it."""
+    the machine's lock lacks is added to it. Every value is written YAML-quoted, and the new text is
+    read back through the lock's one reader (containers.parse_lock) before it replaces the old: it
+    must say exactly what was pinned and keep every other entry as it was."""
     from lineage.records import atomic_write
 
     if not DIGEST.match(digest):
         raise ExecutorError(f"bad digest {digest!r}: expected sha256: and 64 lowercase hex digits")
-    if image is not None and (not image or any(c.isspace() for c in image) or "@" in image):
+    if image is not None and not REFERENCE.match(image):
         raise ExecutorError(f"bad image {image!r}: expected registry/repo:tag")
     path = path or pins.override() or pins.LOCK
     known = load_lock(path) if path != pins.override() else load_lock()
     if name not in known:
         raise ExecutorError(f"container {name!r} is not in {path} (images: {', '.join(sorted(known)) or 'none'})")
     text = path.read_text() if path.is_file() else ""
-    if name not in load_lock(path):     # the machine's lock: a new entry of its own
-        text += ("" if not text or text.endswith("\n") else "\n") + \
-            f"{name}:\n  image: {image or known[name].image}\n  digest: {digest}\n"
-        atomic_write(path, text.encode())
-        return load_lock(path)[name]
-    lines = text.splitlines(keepends=True)
-    inside, done = False, False
-    for i, line in enumerate(lines):
-        if not line.startswith((" ", "#", "\n")):
-            inside = line.split(":")[0].strip() == name
-        elif inside and line.strip().startswith(("digest:", "image:")):
-            field = line.strip().split(":", 1)[0]
-            if field == "image" and image is None:
-                continue
-            indent = line[: len(line) - len(line.lstrip())]
-            lines[i] = f"{indent}{field}: {digest if field == 'digest' else image}\n"
-            done = done or field == "digest"
-    if not done:
-        raise ExecutorError(f"{path}: entry {name!r} has no digest line to update")
-    atomic_write(path, "".join(lines).encode())
-    return load_lock(path)[name]
+    partial = path == pins.override()
+    old = pins.parse_lock(text, path, partial)
+    want = {**old.get(name, {}), "digest": digest, **({"image": image} if image else {})}
+    if name not in old:     # the machine's lock: a new entry of its own
+        want["image"] = image or known[name].image
+        new = text + ("" if not text or text.endswith("\n") else "\n") + \
+            f"{_quoted(name)}:\n  image: {_quoted(want['image'])}\n  digest: {_quoted(digest)}\n"
+    else:
+        lines = text.splitlines(keepends=True)
+        inside, done = False, False
+        for i, line in enumerate(lines):
+            if not line.startswith((" ", "#", "\n")):
+                inside = line.split(":")[0].strip().strip("'\"") == name
+            elif inside and line.strip().startswith(("digest:", "image:")):
+                field = line.strip().split(":", 1)[0]
+                if field == "image" and image is None:
+                    continue
+                indent = line[: len(line) - len(line.lstrip())]
+                lines[i] = f"{indent}{field}: {_quoted(digest if field == 'digest' else image)}\n"
+                done = done or field == "digest"
+        if not done:
+            raise ExecutorError(f"{path}: entry {name!r} has no digest line to update")
+        new = "".join(lines)
+    try:
+        after = pins.parse_lock(new, path, partial)
+    except pins.LockError as e:
+        raise ExecutorError(f"{path}: the pinned lock would not read back ({e}); nothing changed") from None
+    if after != {**old, name: want}:
+        raise ExecutorError(f"{path}: the pinned lock would not read back as written; nothing changed")
+    atomic_write(path, new.encode())
+    return (load_lock() if partial else load_lock(path))[name]
+
+
+def _quoted(value: str) -> str:
+    """A YAML scalar that reads back as `value`: plain when it is a safe reference, else double-quoted."""
+    import yaml
+
+    plain = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/@:+-]*", value) and yaml.safe_load(value) == value
+    return value if plain else json.dumps(value)
 
 
 def squashfs_name(image: Image) -> str:

@@ -126,9 +126,10 @@ def plan_from_record(store: Store, view, executor: str) -> Plan:
     from jobs.provenance import python_env
 
     s = view.spec
-    snapshot = s.code.get("snapshot")
+    snapshot = s.code.get("snapshot") if isinstance(s.code, dict) else None
     if not snapshot:
         raise InputError(f"run {view.id} recorded no code snapshot: it cannot be reproduced exactly")
+    check_record_key(store, view)
     try:
         store.verify(snapshot)
     except LineageError as e:
@@ -139,6 +140,24 @@ def plan_from_record(store: Store, view, executor: str) -> Plan:
         resources=dict(s.resources), container=s.container, ray=bool(s.ray))
     code = {**s.code, "root": store.artifact(snapshot)["path"]}
     return Plan(recipe=s.recipe, executor=executor, stages=[stage], code=code, environment=python_env())
+
+
+def check_record_key(store: Store, view) -> None:
+    """A record must still hash to the run key it was recorded with (at submit, or in the event that
+    filled its pending inputs): a record edited since (its config, an input, the module, the stage,
+    the code or the environment) is refused before anything runs it."""
+    recorded = view.spec.run_key or next((e.get("run_key") for e in store.events(view.id)
+                                          if e.get("kind") == "inputs" and e.get("run_key")), None)
+    if not recorded:
+        raise InputError(f"run {view.id} records no run key to check its record against: it is not reproduced")
+    try:
+        now = view.spec.with_(inputs=dict(view.inputs)).key()
+    except (KeyError, TypeError, AttributeError, ValueError):   # a field retyped by hand
+        now = None
+    if now != recorded:
+        raise InputError(f"run {view.id}: its record no longer hashes to the run key it was recorded with "
+                         f"({recorded[:23]}): the config, an input, the module, the stage, the code or the "
+                         f"environment was changed after it was recorded; it is not reproduced")
 
 
 def _check_config(recipe: str, st, config: dict):

@@ -40,6 +40,10 @@ def script(entry: str, parser: argparse.ArgumentParser) -> str:
     valued = {o for a in parser._actions if a.nargs != 0 and a.option_strings for o in a.option_strings}
     ours = "|".join(w + (f"|{w}=*" if w in valued and w.startswith("--") else "") for w in commands(parser))
     hook = argcomplete.shellcode(["jobs"], shell="bash", argcomplete_script=entry)
+    # argcomplete names its function after the script's path: a '/' in a function name aborts a
+    # POSIX-mode bash (sh, `bash --posix`) at the definition. One name, spelled as an identifier.
+    func = f"_python_argcomplete_{entry}"
+    hook = hook.replace(func, "_python_argcomplete_" + "".join(c if c.isalnum() else "_" for c in entry))
     return f"""{MARK}
 # `jobs SUBCOMMAND ...` runs {entry}; `jobs`, `jobs -l`, `jobs %1` stay the shell's builtin.
 jobs() {{

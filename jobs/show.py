@@ -40,8 +40,18 @@ def print_runs(rows: Iterable, as_json: bool = False, store=None, metric: str | 
     for r in rows:
         f = more.get(r["id"], {})
         val = f"  {number(f.get('metrics', {}).get(metric))}" if metric else ""
-        print(f"{r['id']:<36}  {r['recipe']:<8} {r['stage']:<9} {r['state'] or '?':<10} {r['executor'] or '-':<8} "
+        print(f"{r['id']:<36}  {r['recipe']:<8} {r['stage']:<9} {_state(store, r):<10} {r['executor'] or '-':<8} "
               f"{_when(r['created']):<19}  {duration(f.get('duration_s')):>7}{val}")
+
+
+def _state(store, row: dict) -> str:
+    """A running run whose process is gone without recording an end is LOST here, as `jobs status`
+    folds it (jobs.status.lost; computed on read, nothing written)."""
+    if store is None or row["state"] != "RUNNING":
+        return row["state"] or "?"
+    from jobs.status import lost
+
+    return lost(store.run(row["id"])).state
 
 
 def print_artifacts(idx, rows: Iterable, as_json: bool = False) -> None:
@@ -92,7 +102,9 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
 
 
 def print_run(store, idx, run_id: str) -> None:
-    v = store.run(run_id)
+    from jobs.status import lost
+
+    v = lost(store.run(run_id))   # a vanished process: LOST, as every view says
     s = v.spec
     print(f"run       {v.id}")
     print(f"recipe    {s.recipe} / {s.stage}   executor {s.executor}")
@@ -174,11 +186,13 @@ def _mode(path: Path) -> str:
 
 
 def print_artifact(store, idx, art_id: str) -> None:
+    from jobs.errors import one_line   # a file name's control sequence is shown escaped, not run
+
     a = store.artifact(art_id)
     print(f"artifact  {a['id']}")
     print(f"kind      {a['kind']}   {len(a['manifest'])} files, {size(a['size'])}")
     print(f"names     {', '.join(idx.names_of(art_id)) or '-'}")
-    print(f"path      {a['path']}")
+    print(f"path      {one_line(str(a['path']))}")
     print(f"producer  {a.get('producer') or '-'}")
     from jobs.add import origin
     if origin(a):
@@ -189,7 +203,7 @@ def print_artifact(store, idx, art_id: str) -> None:
     print(f"modes     {_mode(Path(a['path']))} (the folder; each file's below, as on disk now)")
     for e in a["manifest"][:20]:
         where = Path(a["path"]) / e["path"] if a.get("is_dir", True) else Path(a["path"])
-        print(f"  {e['digest'][:19]}  {_mode(where)}  {size(e['size']):>10}  {e['path']}")
+        print(f"  {e['digest'][:19]}  {_mode(where)}  {size(e['size']):>10}  {one_line(e['path'])}")
     if len(a["manifest"]) > 20:
         print(f"  … {len(a['manifest']) - 20} more files")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -213,6 +214,10 @@ def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row
                   why=(live.reason if live and live.reason else "") or (view.reason or ""))
         if live is not None and live.state == "PENDING" and view.state not in TERMINAL:
             row.why = pending_why(live)
+        if view.state == RunState.FAILED:
+            said = last_error_line(store, view)
+            if said and said not in row.why:
+                row.why = f"{row.why}; log: {said}" if row.why else f"log: {said}"
         if view.state == RunState.RUNNING:
             attempt = sum(1 for a in view.attempts if a.get("start"))
             for k, v in read_progress(store.run_dir(view.id), attempt, now).items():
@@ -256,6 +261,40 @@ def current_job(view: RunView) -> tuple[str | None, int]:
     return (str(view.jobs[-1]["job_id"]) if view.jobs else None), 0
 
 
+ERROR_WORDS = re.compile(r"error|unrecognized|denied|killed|exception|fatal|not found|no such", re.I)
+
+
+def log_folder(store: Store, view: RunView) -> Path:
+    """Where the run's job logs are: its own logs/, or its sweep's folder for an array task."""
+    jobs = view.jobs
+    if jobs and jobs[-1].get("sweep") and jobs[-1].get("folder"):   # a sweep's tasks share its folder
+        return Path(jobs[-1]["folder"])
+    return RunDir(store.run_dir(view.id)).logs
+
+
+def last_error_line(store: Store, view: RunView, tail: int = 16 << 10) -> str | None:
+    """The last line of the current attempt's stderr that reads as an error (else its last line):
+    what a failed job said last, for `jobs status` beside Slurm's bare exit code."""
+    job, _ = current_job(view)
+    if not job:
+        return None
+    try:
+        f = open_regular(log_folder(store, view) / f"{job}_0_log.err")
+    except OSError:
+        return None
+    if f is None:
+        return None
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - tail))
+        lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    if not lines:
+        return None
+    line = next((x for x in reversed(lines) if ERROR_WORDS.search(x)), lines[-1])
+    line = line if line.isprintable() else repr(line)[1:-1]   # a control sequence never reaches the terminal
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
 #: How often a follower asks Slurm whether a job ended without the entry recording it.
 RECONCILE_S = 15.0
 
@@ -273,10 +312,7 @@ def follow_logs(store: Store, run_id: str, task: int = 0, follow: bool = False,
 
     Returns the number of bytes printed. JobsError when there is nothing to show and not following.
     """
-    folder = RunDir(store.run_dir(run_id)).logs
-    jobs = store.run(run_id).jobs
-    if jobs and jobs[-1].get("sweep") and jobs[-1].get("folder"):   # a sweep's tasks share its folder
-        folder = Path(jobs[-1]["folder"])
+    folder = log_folder(store, store.run(run_id))
     shown, offsets, printed, asked = None, {}, 0, 0.0
     while True:
         view = lost(store.run(run_id))   # a LOST run never ends: stop following it
@@ -412,16 +448,16 @@ def lost(view: RunView) -> RunView:
         f"jobs submit {spec.recipe} --stage {spec.stage} --force, or jobs reproduce {view.id}"))
 
 
-def _close_attempts(store: Store, view: RunView) -> None:
+def _close_attempts(store: Store, view: RunView, reason: str = "cancelled by user") -> None:
     """A cancelled attempt gets its end now: the killed process never writes one, and `jobs show`
     would list it as running."""
     for a in view.attempts:
         if a.get("start") and not a.get("end") and "exit" not in a:
             store.add_event(view.id, "attempt", attempt=a["attempt"], end=time.time(), exit="cancelled",
-                            reason="cancelled by user")
+                            reason=reason)
 
 
-def cancel(store: Store, view: RunView) -> str:
+def cancel(store: Store, view: RunView, reason: str = "cancelled by user") -> str:
     """scancel a Slurm run, or stop a local run's process group; then record CANCELLED.
 
     A local run is signalled only when its recorded process is still the one running here (host,
@@ -429,16 +465,22 @@ def cancel(store: Store, view: RunView) -> str:
     """
     job = slurm_job(view)
     if job:
-        # Recorded first, so whoever waits on the job reads CANCELLED, not a crash.
-        store.add_event(view.id, "status", state=RunState.CANCELLED, reason="cancelled by user")
-        subprocess.run(["scancel", job], check=True, capture_output=True)
-        _close_attempts(store, view)
+        # Recorded only once scancel took it: a job another user owns (or one Slurm no longer knows)
+        # is refused in one line and the store keeps saying what runs. scancel sends SIGTERM, which
+        # the job's submitit handler does not end on, so it records nothing of its own meanwhile.
+        done = subprocess.run(["scancel", job], capture_output=True, text=True)
+        said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        if done.returncode or said:   # scancel reports some refusals (not the owner) with exit 0
+            raise JobsError(f"run {view.id} not cancelled: scancel {job} said "
+                            f"{said[-1] if said else f'nothing (exit {done.returncode})'}; nothing recorded")
+        store.add_event(view.id, "status", state=RunState.CANCELLED, reason=reason)
+        _close_attempts(store, view, reason)
         return f"scancel {job}"
     attempt = open_attempt(view)
     if attempt is None:
         if any(a.get("start") and not a.get("end") for a in view.attempts):
             raise JobsError(f"run {view.id} started but recorded no process to signal; nothing cancelled")
-        store.add_event(view.id, "status", state=RunState.CANCELLED, reason="cancelled by user")
+        store.add_event(view.id, "status", state=RunState.CANCELLED, reason=reason)
         return "not started yet"
     problem = process_problem(attempt, view.id)
     if problem:
@@ -448,7 +490,7 @@ def cancel(store: Store, view: RunView) -> str:
     pid, pgid = attempt["pid"], attempt.get("pgid")
     # The group the job made for itself (runtime.entry): only when the PID still leads it.
     group = pgid if pgid == pid and _pgid(pid) == pgid else None
-    store.add_event(view.id, "status", state=RunState.CANCELLED, reason="cancelled by user")
+    store.add_event(view.id, "status", state=RunState.CANCELLED, reason=reason)
     # submitit's job process ignores SIGTERM (it means "preempted" on Slurm): stop it for good.
     try:
         if group is not None:
@@ -457,7 +499,7 @@ def cancel(store: Store, view: RunView) -> str:
             os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    _close_attempts(store, view)
+    _close_attempts(store, view, reason)
     said = f"SIGKILL to pid {pid} and its process group" if group is not None else f"SIGKILL to pid {pid}"
     if view.spec.ray and attempt.get("job_id"):
         from runtime.ray_cluster import reap

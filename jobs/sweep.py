@@ -1,7 +1,8 @@
 """Sweeps: one stage's config over a grid, every point an ordinary run with its own record.
 
 `jobs submit RECIPE --stage S --sweep KEY=V1,V2 [--sweep KEY2=range(1,4)]` takes Hydra's sweep
-grammar (comma lists, `range()`, `choice()`) and plans the grid of every combination. The inputs,
+grammar (comma lists, `range()`, `choice()`) and plans the grid of every combination, sized from
+the expressions' arithmetic before a point is listed (at most MaxArraySize points). The inputs,
 code snapshot and environment are settled once for all points; each point's config is composed and
 checked like a single run's, so one bad value refuses the whole sweep before anything is written.
 Points whose identical run already succeeded are reused (the run cache), points still queued or
@@ -13,6 +14,7 @@ The sweep's record lives in lineage/sweeps.py; `status`, `list --sweep`, `compar
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -24,35 +26,116 @@ from lineage.states import TERMINAL, RunState
 HIGHER = re.compile(r"acc|exact|match|pass@|reward|score|f1|win", re.I)
 
 
+# A sweep is sized before a single point is listed: at most this many points, Slurm's own default
+# MaxArraySize (an array's task IDs are 0..MaxArraySize-1), or the cluster's MaxArraySize on Slurm.
+DEFAULT_MAX_POINTS = 1001
+
+
 @dataclass(frozen=True)
 class Axis:
     key: str             # as the override spells it (with a leading + or ++ when it adds a key)
     values: list[str]
 
 
-def parse(specs: list[str]) -> list[Axis]:
-    """--sweep KEY=V1,V2 | KEY=range(a,b[,step]) | KEY=choice(a,b): Hydra's discrete sweeps."""
+def max_points(executor: str) -> tuple[int, str]:
+    """The most points a sweep may have, and where that number comes from."""
+    if executor == "slurm":
+        import subprocess
+
+        try:
+            out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        m = re.search(r"^MaxArraySize\s*=\s*(\d+)\s*$", out, re.M)
+        if m and int(m[1]) > 0:
+            return int(m[1]), "the cluster's MaxArraySize"
+    return DEFAULT_MAX_POINTS, "Slurm's default MaxArraySize"
+
+
+def parse(specs: list[str], limit: tuple[int, str] = (DEFAULT_MAX_POINTS, "Slurm's default MaxArraySize"),
+          ) -> list[Axis]:
+    """--sweep KEY=V1,V2 | KEY=range(a,b[,step]) | KEY=choice(a,b): Hydra's discrete sweeps.
+
+    The one reading of a sweep expression: Hydra's parser gives the expression's tree, each axis is
+    sized from its arithmetic (a range's length) and the grid from their product, all before a value
+    is listed, so a grid of 10^12 points is refused as fast as one of ten."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    cap, whence = limit
     axes: list[Axis] = []
     for text in specs:
         try:
             ov = OverridesParser.create().parse_overrides([text])[0]
         except HydraException as e:
-            raise RecipeError(f"bad --sweep {text!r}: {' '.join(str(e).split())}") from None
+            raise RecipeError(f"bad --sweep {_shown(text)}: {_one_line(e)}") from None
+        except RecursionError:
+            raise RecipeError(f"bad --sweep {_shown(text)}: nested too deeply to parse") from None
         if ov.is_delete():
-            raise RecipeError(f"bad --sweep {text!r}: a sweep sets values; ~KEY deletes one")
-        if ov.is_sweep_override() and not ov.is_discrete_sweep():
-            raise RecipeError(f"bad --sweep {text!r}: interval() has no points to run; give values, range() or choice()")
-        values = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else [ov.get_value_element_as_str()]
+            raise RecipeError(f"bad --sweep {_shown(text)}: a sweep sets values; ~KEY deletes one")
         key = ov.get_key_element()
         if any(a.key.lstrip("+") == key.lstrip("+") for a in axes):
             raise RecipeError(f"--sweep {ov.key_or_group} is given twice: put every value in one --sweep")
+        values = _values(ov, text, cap, whence) if ov.is_sweep_override() else [ov.get_value_element_as_str()]
         if len(set(values)) != len(values):
-            raise RecipeError(f"bad --sweep {text!r}: a value is repeated")
+            raise RecipeError(f"bad --sweep {_shown(text)}: a value is repeated")
         axes.append(Axis(key, values))
+    size = math.prod(len(a.values) for a in axes)
+    if size > cap:
+        raise RecipeError(f"--sweep: a grid of {' x '.join(str(len(a.values)) for a in axes)} = {_count(size)} points; "
+                          f"a sweep has at most {cap} ({whence}): split it into smaller sweeps")
     return axes
+
+
+def _values(ov, text: str, cap: int, whence: str) -> list[str]:
+    """A sweep override's values, each axis sized before it is listed."""
+    from hydra.core.override_parser.types import ChoiceSweep, Glob, IntervalSweep, RangeSweep, Sweep
+
+    def bad(why: str) -> RecipeError:
+        return RecipeError(f"bad --sweep {_shown(text)}: {why}")
+
+    v = ov.value()
+    if isinstance(v, IntervalSweep):
+        raise bad("interval() has no points to run; give values, range() or choice()")
+    if isinstance(v, Glob):
+        raise bad("glob() picks config groups, not values; give values, range() or choice()")
+    if getattr(v, "shuffle", False):   # a new order each time would be a new sweep (its ID) each time
+        raise bad("shuffle() gives a new order, and so a new sweep, on every call; give the values in the order to run")
+    if isinstance(v, RangeSweep):
+        start, stop, step = v.start, v.stop, v.step
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (start, stop, step)):
+            raise bad("range() takes finite numbers")
+        if step == 0:
+            raise bad("range() step is 0")
+        # ceil((stop - start) / step), exact for integers of any size
+        n = max(0, -((start - stop) // step) if all(isinstance(x, int) for x in (start, stop, step))
+                else math.ceil((stop - start) / step))
+        if n == 0:
+            raise bad(f"range({start},{stop},{step}) has no values (stop must lie past start in the step's direction)")
+    elif isinstance(v, (ChoiceSweep, list)):
+        items = v.list if isinstance(v, ChoiceSweep) else v
+        if any(isinstance(x, Sweep) for x in items):
+            raise bad("a sweep inside a sweep (choice() or range() among the values); give one list of values, "
+                      "or one range()")
+        n = len(items)
+    else:
+        raise bad("give values, range() or choice()")
+    if n > cap:
+        raise bad(f"{_count(n)} values; a sweep has at most {cap} points ({whence})")
+    return list(itertools.islice(ov.sweep_string_iterator(), cap + 1))
+
+
+def _count(n: int | float) -> str:
+    return str(n) if n < 10**15 else f"{float(n):.3g}"
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) < 300 else text[:297] + "..."
 
 
 def grid(axes: list[Axis]) -> list[dict[str, str]]:
@@ -90,6 +173,11 @@ def make(store, recipe_name: str, stage: str, axes: list[Axis], overrides: list[
                           f"({', '.join(s.name for s in selected) or 'none'})")
     spec = selected[0]
     swept = {a.key.lstrip("+") for a in axes}
+    for key in sorted(swept):   # the same answer for every point, before any is composed
+        head = key.split(".")[0]
+        if head != spec.name and head in recipe.stages:
+            raise RecipeError(f"--sweep {key} sets the config of stage {head}, but the sweep runs {spec.name}: "
+                              f"sweep {spec.name}'s keys (or run --stage {head})")
     for text in overrides:
         key = text.split("=", 1)[0].lstrip("+~")
         if key in swept:
@@ -142,7 +230,7 @@ def submit(req, sweeps: list[str], max_parallel: int | None = None,
 
     if max_parallel is not None and max_parallel < 1:
         raise JobsError(f"--max-parallel must be at least 1 (got {max_parallel})")
-    axes = parse(sweeps)
+    axes = parse(sweeps, max_points(req.executor))
     profile = profiles.load(req.profile) if req.executor == "slurm" or req.profile else None
     store = Store(store_root(req.store, profile))
     executor = executors.get(req.executor, profile, allow_unpinned=req.allow_unpinned)
@@ -156,7 +244,11 @@ def submit(req, sweeps: list[str], max_parallel: int | None = None,
                  + (f", one Slurm job array %{min(max_parallel or len(sw.points), len(sw.points))}"
                     if req.executor == "slurm" else ", one after another"))
             echo("\n".join(f"#   point {i}: {said(p)}" for i, p in enumerate(sw.points)))
-            echo(executor.dry_run(store.root, plan))
+            if req.executor == "slurm":   # the array launch_array submits, not one point's script
+                echo(executor.dry_run_array(store.root, plan, len(sw.points), max_parallel,
+                                            store.root / "sweeps" / "<sweep>"))
+            else:
+                echo(executor.dry_run(store.root, plan))
             return None, [], True
         # The executor checks one point per distinct set of needs (resources and image are the stage's).
         groups: dict[tuple, int] = {}
@@ -362,21 +454,28 @@ def cancel(store, ident: str) -> list[str]:
 
     view = _view(store, ident)
     store.ensure_writable()
-    lines, arrays = [], set()
+    lines, arrays, in_arrays, alone = [], set(), [], []
     for r in view.runs:
         run = store.run(r) if r else None
         if run is None or run.state in TERMINAL:
             continue
-        job = slurm_job(run)
         array = next((j.get("array") for j in reversed(run.jobs) if j.get("array")), None)
-        if job and array:
-            store.add_event(run.id, "status", state=RunState.CANCELLED, reason="cancelled by user (its sweep)")
+        if slurm_job(run) and array:
             arrays.add(str(array))
-            lines.append(f"{run.id} cancelled (array job {array})")
+            in_arrays.append((run, array))
         else:
-            lines.append(f"{run.id} cancelled ({cancel_one(store, run)})")
-    for array in sorted(arrays):
-        subprocess.run(["scancel", array], check=True, capture_output=True)
+            alone.append(run)
+    for array in sorted(arrays):   # a point is recorded CANCELLED only once scancel took its array
+        done = subprocess.run(["scancel", array], capture_output=True, text=True)
+        said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        if done.returncode or said:
+            raise JobsError(f"sweep {view.id} not cancelled: scancel {array} said "
+                            f"{said[-1] if said else f'nothing (exit {done.returncode})'}")
+    for run, array in in_arrays:
+        store.add_event(run.id, "status", state=RunState.CANCELLED, reason="cancelled by user (its sweep)")
+        lines.append(f"{run.id} cancelled (array job {array})")
+    for run in alone:
+        lines.append(f"{run.id} cancelled ({cancel_one(store, run)})")
     if not lines:
         raise JobsError(f"sweep {view.id}: every point already ended; nothing cancelled")
     return lines + ([f"scancel {' '.join(sorted(arrays))}"] if arrays else [])

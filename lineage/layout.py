@@ -47,6 +47,11 @@ class RunDir:
         """submitit's folder: the job's stdout, stderr and pickles, one set per Slurm job or local process."""
         return self.path / "logs"
 
+    @property
+    def controller_log(self) -> Path:
+        """A local run's submitit controller writes its own stderr here, never under the user's prompt."""
+        return self.logs / "controller.err"
+
     def output(self, name: str) -> Path:
         return self.path / "outputs" / name
 

@@ -15,11 +15,19 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def folder_mode(parent_mode: int) -> int:
+    """A new folder's permission bits: its parent's (setgid included), plus the sticky bit where
+    others may write it (a team store): a member can add entries but never remove or rename another
+    member's records, names or runs."""
+    mode = stat.S_IMODE(parent_mode) & 0o3777
+    return mode | stat.S_ISVTX if mode & 0o022 else mode
+
+
 def open_folder(root: Path, rel: Path | str, *, create: bool = False) -> int:
     """A descriptor of the folder `root/rel`, reached one name at a time from `root` without ever
     following a symbolic link: a link (or a file) planted anywhere below `root` is Unsafe, so a write
     through this descriptor cannot land outside `root`. With `create`, missing folders are made, each
-    with its parent's permission bits (setgid included), whatever the umask. The caller closes it.
+    with its parent's permission bits (`folder_mode`), whatever the umask. The caller closes it.
     """
     from lineage.errors import Unsafe, show_path
 
@@ -42,7 +50,7 @@ def open_folder(root: Path, rel: Path | str, *, create: bool = False) -> int:
                     made = False
                 child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
                 if made:
-                    os.fchmod(child, stat.S_IMODE(os.fstat(fd).st_mode) & 0o3777)
+                    os.fchmod(child, folder_mode(os.fstat(fd).st_mode))
             except OSError as e:
                 if e.errno in (errno.ELOOP, errno.ENOTDIR):
                     kind = "a symbolic link" if os.path.islink(here) else "not a folder"
@@ -73,7 +81,7 @@ def make_folders(folder: Path) -> None:
             continue
         fd = os.open(f, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            os.fchmod(fd, stat.S_IMODE(os.stat(f.parent).st_mode) & 0o3777)
+            os.fchmod(fd, folder_mode(os.stat(f.parent).st_mode))
         finally:
             os.close(fd)
 

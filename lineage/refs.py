@@ -156,9 +156,39 @@ def add(root: Path, name: str, artifact: str, run: str | None) -> int:
         if write_record(version_path(folder, version), entry, exclusive=True):
             break
         version += 1
-    atomic_write(folder / HINT, b"%d\n" % version)
+    write_hint(folder, version)
     os.utime(root)  # tells the index, at a glance, that some name has a new version
     return version
+
+
+def hint_mode(folder_mode: int) -> int:
+    """The hint is read by whoever may list its folder and rewritten by whoever may write it (the
+    store's group on a team store): every member resolves `:latest` from it."""
+    return (folder_mode & 0o444) | (folder_mode & 0o020) | 0o600
+
+
+def write_hint(folder: Path, version: int) -> None:
+    """Replace the hint; in a team store's sticky folder another member's hint cannot be replaced,
+    so it is rewritten in place (a reader may see it half written: garbage costs probes, nothing
+    more). A hint that cannot be written at all is left as it is."""
+    try:
+        atomic_write(folder / HINT, b"%d\n" % version, mode=hint_mode)
+        return
+    except PermissionError:
+        pass
+    try:
+        fd = os.open(folder / HINT, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            line = b"%d\n" % version
+            os.pwrite(fd, line.rjust(16), 0)   # as long as a hint is read: no tail of a longer one stays
+            os.ftruncate(fd, 16)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def read(path: Path) -> dict:

@@ -104,3 +104,34 @@ def latest(store: Store, stage: str, **match):
 def artifact_path(store: Store, art: str) -> Path:
     """Where the store keeps an artifact's files."""
     return Path(store.artifact(art)["path"])
+
+
+TEAM, MATE = "jobsteam", "jobsmate"
+
+
+def ensure_mate() -> None:
+    """The team's group and a second member of it (no home, no login); needs root."""
+    import pwd
+
+    subprocess.run(["groupadd", "-f", TEAM], check=True)
+    try:
+        pwd.getpwnam(MATE)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-N", "-g", TEAM, "-s", "/bin/sh", MATE], check=True)
+
+
+def run_jobs_as(user: str, store: Path, *args: str, home: Path, timeout: float = 120) -> Result:
+    """The CLI of this checkout run as another Unix user, by the system's Python (the venv's
+    interpreter lives where only its owner may run it) with this checkout and the venv's packages on
+    sys.path; `home` (the user's own) holds their cache."""
+    import pwd
+
+    os.chown(home, pwd.getpwnam(user).pw_uid, -1)
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    p = subprocess.run(["runuser", "-u", user, "--", "env", f"JOBS_CACHE_DIR={home}", f"HOME={home}",
+                        f"PYTHONPYCACHEPREFIX={home}/pyc", "/usr/bin/python3", "-c",
+                        "import sys; sys.path[:0] = sys.argv[1:3]; del sys.argv[1:3]; sys.argv[0] = 'jobs'; "
+                        "from jobs.cli import main; sys.exit(main())",
+                        str(Path(__file__).parents[1]), site, "--store", str(store), *args],
+                       capture_output=True, text=True, timeout=timeout, cwd="/")
+    return Result(p.returncode, p.stdout, p.stderr)

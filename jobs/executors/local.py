@@ -8,8 +8,12 @@ otherwise.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -36,7 +40,7 @@ class LocalExecutor:
         import submitit
 
         ok = True
-        for run_id in run_ids:
+        for at, run_id in enumerate(run_ids):
             spec = store.run_spec(run_id)
             if not ok:
                 failed = [r for r in run_ids if store.run(r).state in (RunState.FAILED, RunState.CANCELLED) and r != run_id]
@@ -47,13 +51,18 @@ class LocalExecutor:
             executor = submitit.LocalExecutor(folder=folder)
             executor.update_parameters(timeout_min=int(spec.resources.get("time_min", 60)))
             echo(f"{run_id}  {spec.stage:<9} running (logs: {folder})")
-            job = executor.submit(StageJob(str(store.root), run_id))
+            with _stderr_to(RunDir(store.run_dir(run_id)).controller_log):
+                job = executor.submit(StageJob(str(store.root), run_id))
             try:
-                watch(job, store.run_dir(run_id), spec.stage, echo)
-            except Exception as e:   # a display that fails must not stop the wait for the job
-                echo(f"    (progress display stopped: {type(e).__name__}: {e})")
-            while not job.done():   # watch() returns when it does, unless its display failed
-                time.sleep(0.5)
+                try:
+                    watch(job, store.run_dir(run_id), spec.stage, echo)
+                except Exception as e:   # a display that fails must not stop the wait for the job
+                    echo(f"    (progress display stopped: {type(e).__name__}: {e})")
+                while not job.done():   # watch() returns when it does, unless its display failed
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                interrupted(store, job, run_ids[at:], echo)
+                raise
             # A local job writes its outcome before it exits; without one it was killed (`jobs cancel`,
             # OOM) and submitit's result() would wait 15 s for the file (its allowance for NFS).
             if job.paths.result_pickle.exists():
@@ -78,6 +87,60 @@ class LocalExecutor:
                     echo(f"{run_id}  {spec.stage:<9} result: {result}")
         sys.stdout.flush()
         return ok
+
+
+_REDIRECT = threading.Lock()
+
+
+@contextmanager
+def _stderr_to(path: Path):
+    """Standard error, for the processes started meanwhile, into `path`: submitit's controller
+    shares the terminal's process group, so a Ctrl-C meant for `jobs` would otherwise print its
+    KeyboardInterrupt traceback under the user's prompt after `jobs` has exited."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _REDIRECT:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(fd, 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(fd)
+
+
+def interrupted(store: Store, job, run_ids: list[str], echo: Callable[[str], None]) -> None:
+    """Ctrl-C while a chain runs here: the running stage's process group is stopped and it, and
+    every stage after it, is recorded CANCELLED, so no view says RUNNING (or QUEUED) for a process
+    that is gone. A stage that recorded its own end keeps it."""
+    from jobs.errors import JobsError
+    from jobs.status import _close_attempts, cancel
+    from lineage.states import TERMINAL
+
+    keep = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C does not cut this short
+    try:
+        deadline = time.monotonic() + 5.0
+        while not job.done() and time.monotonic() < deadline:   # the controller had the Ctrl-C too
+            time.sleep(0.1)
+        for i, run_id in enumerate(run_ids):
+            view = store.run(run_id)
+            if view.state in TERMINAL:
+                continue
+            reason = "interrupted (Ctrl-C on jobs submit)" if i == 0 else "not run: jobs submit was interrupted"
+            try:
+                cancel(store, view, reason=reason)
+            except JobsError:   # its process is already gone: record the end it could not
+                store.add_event(run_id, "status", state=RunState.CANCELLED, reason=reason)
+                _close_attempts(store, view, reason)
+            echo(f"{run_id}  {view.spec.stage:<9} CANCELLED: {reason}")
+        controller = getattr(job, "_process", None)
+        if controller is not None and controller.poll() is None:
+            controller.kill()
+            controller.wait()
+    finally:
+        signal.signal(signal.SIGINT, keep)
 
 
 def headline(spec: dict, metrics: dict) -> str:

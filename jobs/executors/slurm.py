@@ -8,6 +8,7 @@ validation and the real submission all render from the same values.
 """
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import subprocess
@@ -202,12 +203,16 @@ def python_for(image: containers.Image | None, here: str = sys.executable, profi
     return f"""sh -c 'trap "" USR2; exec "$@"' sh {ch_run} {inner}"""
 
 
-def render(params: dict, folder: Path, python: str, dependency: str | None = None) -> str:
-    """The sbatch script submitit would submit for these parameters."""
+def render(params: dict, folder: Path, python: str, dependency: str | None = None,
+           array: tuple[int, int] | None = None) -> str:
+    """The sbatch script submitit would submit for these parameters; with `array` (tasks, at most
+    running at once), the job array's, as submitit's batch writes it."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     command = f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}"
     extra = {"dependency": dependency} if dependency else {}
+    if array:
+        extra.update(map_count=array[0], array_parallelism=array[1])
     try:
         return _make_sbatch_string(command=command, folder=folder, **params, **extra)
     except (TypeError, ValueError) as e:
@@ -298,6 +303,20 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
         raise ExecutorError(lacks_message(gone, why, image.reference, f"{stage['recipe']}/{stage['stage']}"))
 
 
+@functools.cache
+def check_pyxis() -> None:
+    """Refuse, at submit, a pyxis run on a cluster whose srun lacks pyxis's --container-image: the
+    job would be accepted and die in the queue with `srun: unrecognized option`."""
+    try:
+        done = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=30)
+        offered = "--container-image" in done.stdout + done.stderr
+    except (OSError, subprocess.SubprocessError):
+        offered = False
+    if not offered:
+        raise ExecutorError("this cluster's srun has no --container-image (pyxis is not installed): the profile's "
+                            "container_runtime is pyxis; set container_runtime: charliecloud, or containers: false")
+
+
 class SlurmExecutor:
     name = "slurm"
 
@@ -320,6 +339,8 @@ class SlurmExecutor:
                 record = {"container_image": image.reference if image else None, "profile": profile.name}
                 where = None
                 if image is not None:
+                    if profile.container_runtime == "pyxis":
+                        check_pyxis()
                     self.bundle = self.bundle or bundles.collect()
                     where = in_image(store_root, plan.code, image, profile, self.bundle)
                     record.update(container_runtime=profile.container_runtime,
@@ -336,6 +357,12 @@ class SlurmExecutor:
 
     def dry_run(self, store_root: Path, plan) -> str:
         return dry_run(store_root, _stages(plan), self.target, plan.code)
+
+    def dry_run_array(self, store_root: Path, plan, points: int, max_parallel: int | None, folder: Path) -> str:
+        """A sweep's job array as `launch_array` submits it: the point's script with `--array=0-N%M`,
+        every task's logs in the sweep's folder."""
+        return dry_run(store_root, _stages(plan), self.target, plan.code,
+                       array=(points, min(max_parallel or points, points), folder))
 
     def launch(self, store: Store, run_ids: list[str], prepared: list[Prepared],
                echo: Callable[[str], None] = print) -> bool:
@@ -414,8 +441,10 @@ def _stages(plan) -> list[dict]:
     return [asdict(sp) for sp in plan.stages]
 
 
-def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget, code: dict | None = None) -> str:
-    """Every stage's sbatch script, as it would be submitted, with the chain's dependencies spelled out."""
+def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget, code: dict | None = None,
+            array: tuple[int, int, Path] | None = None) -> str:
+    """Every stage's sbatch script, as it would be submitted, with the chain's dependencies spelled
+    out; with `array` (tasks, at most running at once, the folder), one stage's job array."""
     out = []
     preview = SlurmTarget(target.profile, allow_unpinned=True)  # show it all; a real submit still refuses
     bundle = None
@@ -429,12 +458,13 @@ def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget, code: dic
         params, python = job(stage, target.profile, store_root, image, where)
         if image is not None and not image.pinned and not target.allow_unpinned:
             out.append(f"# WARNING: {image.name} ({image.image}) is not pinned by digest: a real submit refuses it")
-        folder = RunDir(run_path(store_root, f"<run {stage['stage']}>")).logs
+        folder = array[2] if array else RunDir(run_path(store_root, f"<run {stage['stage']}>")).logs
         ups = sorted({st for st, _ in stage.get("upstream", {}).values()})
         dependency = "afterok:" + ":".join(f"<job {u}>" for u in ups) if ups else None
         out.append(f"### {stage['recipe']}/{stage['stage']}"
-                   + (f"  image {image.reference}" if image else "") + "\n"
-                   + render(params, folder, python, dependency) + _preview(stage))
+                   + (f"  image {image.reference}" if image else "")
+                   + (f"  job array of {array[0]} tasks" if array else "") + "\n"
+                   + render(params, folder, python, dependency, array[:2] if array else None) + _preview(stage))
     return "\n".join(out)
 
 

@@ -335,6 +335,39 @@ def test_cancel_stops_a_real_local_run_and_only_it(sandbox):
     assert proc_start(attempt["pid"]) is None
 
 
+def test_ctrl_c_on_a_local_submit_leaves_no_traceback_and_every_view_says_cancelled(sandbox):
+    """A Ctrl-C reaches the terminal's whole process group: `jobs` and submitit's controller."""
+    box = sandbox
+    submit = subprocess.Popen([JOBS, "--store", str(box.store), "submit", "testchain", "--stage", "count,double",
+                               "count.steps=600", "count.step_s=0.5", "--force"],
+                              env={**os.environ, **box.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    box.procs.append(submit)
+    s = Store(box.store)
+    deadline = time.monotonic() + 120
+    run = attempt = None
+    while time.monotonic() < deadline and attempt is None:
+        time.sleep(0.3)
+        runs = [r["id"] for r in s.index().runs() if s.run(r["id"]).state == "RUNNING"]
+        if runs:
+            run = runs[0]
+            attempt = next((a for a in s.run(run).attempts if a.get("pid")), None)
+    assert attempt is not None, "the run never started"
+    os.killpg(submit.pid, signal.SIGINT)
+    out, err = submit.communicate(timeout=120)   # until the controller, which shares stdout, is gone too
+    assert submit.returncode == 130 and err == "jobs: interrupted\n", err
+    from runtime.attempts import proc_start
+    assert proc_start(attempt["pid"]) is None                       # the stage's process is gone
+    (double,) = [r["id"] for r in s.index().runs(stage="double")]
+    assert s.run(run).state == s.run(double).state == "CANCELLED"
+    assert "interrupted" in s.run(run).reason and all(a.get("end") for a in s.run(run).attempts)
+    listed = run_jobs(box.store, "list", env=box.env).out
+    assert f"{run}  testchain count     CANCELLED" in listed and "RUNNING" not in listed, listed
+    assert "state     CANCELLED  (interrupted" in run_jobs(box.store, "show", run, env=box.env).out
+    st = run_jobs(box.store, "status", run, env=box.env).out
+    assert " CANCELLED " in st and "LOST" not in st, st
+
+
 def test_a_local_run_whose_process_died_shows_lost_with_a_resubmit_hint(sandbox):
     box = sandbox
     p = box.sleeper()
@@ -345,8 +378,39 @@ def test_a_local_run_whose_process_died_shows_lost_with_a_resubmit_hint(sandbox)
     st = run_jobs(box.store, "status", env=box.env)
     line = next(line for line in st.out.splitlines() if line.startswith(run))
     assert " LOST " in line and "--force" in line and f"jobs reproduce {run}" in line, st.out
+    listed = next(x for x in run_jobs(box.store, "list", env=box.env).out.splitlines() if x.startswith(run))
+    assert " LOST " in listed, listed                   # every view folds the vanished process the same way
+    assert "state     LOST  (process" in run_jobs(box.store, "show", run, env=box.env).out
     assert Store(box.store).run(run).state == "RUNNING"   # computed on read, nothing recorded
     assert run_jobs(box.store, "logs", run, "-f", env=box.env, timeout=60).code == 0   # -f stops on LOST
+
+
+def test_status_shows_the_last_error_line_of_a_job_that_died(sandbox):
+    """A process that dies without recording its end (a segfault, the OOM killer): `jobs status`
+    says what its log said last, not only that it died."""
+    box = sandbox
+    d = box.tmp / "recipes" / "dies"
+    d.mkdir()
+    (d / "recipe.yaml").write_text("name: dies\nstages:\n  dies:\n    module: diesprobe\n"
+                                   "    outputs: {result: probe-result}\n    resources: {time_min: 5}\n")
+    (d / "dies.yaml").write_text("dies: {}\n")
+    mods = box.tmp / "mods"
+    mods.mkdir()
+    (mods / "diesprobe.py").write_text(
+        "import os, sys\n"
+        "def run(ctx):\n"
+        "    print('loading the shards', file=sys.stderr)\n"
+        "    print('fatal: cannot map shard 3: \\x1b[31mNo space left on device', file=sys.stderr, flush=True)\n"
+        "    print('cleaning up', file=sys.stderr, flush=True)\n"
+        "    os._exit(3)\n")
+    env = {**box.env, "PYTHONPATH": os.pathsep.join([str(mods), box.env["PYTHONPATH"]])}
+    r = run_jobs(box.store, "submit", "dies", "--stage", "dies", env=env)
+    assert r.code == 1, r.err
+    (run,) = [x["id"] for x in Store(box.store).index().runs(recipe="dies")]
+    st = run_jobs(box.store, "status", run, env=env)
+    line = next(x for x in st.out.splitlines() if x.startswith(run))
+    assert " FAILED " in line and "log: fatal: cannot map shard 3: \\x1b[31mNo space left on device" in line, st.out
+    assert "\x1b" not in st.out
 
 
 def test_secrets_from_the_environment_are_not_recorded(sandbox):

@@ -148,3 +148,16 @@ def test_completion_candidates(line, expected):
                        capture_output=True, text=True, timeout=120)
     got = {w.strip() for w in r.stdout.split("\v") if w.strip()}
     assert expected <= got, got
+
+
+def test_the_integration_sources_in_a_posix_mode_bash():
+    """A POSIX-mode bash refuses a function name with a '/' at its definition and aborts the whole
+    sourced file: the hook's function is named as an identifier."""
+    from jobs.cli import build_parser
+    from jobs.shell import script
+
+    text = script("/opt/venv/bin/jobs", build_parser())
+    r = subprocess.run(["bash", "--posix", "-c", text + "\necho sourced; type -t jobs; complete -p jobs"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "" and r.stdout.split("\n")[:2] == ["sourced", "function"], r.stdout + r.stderr
+    assert "-F _python_argcomplete__opt_venv_bin_jobs jobs" in r.stdout, r.stdout

@@ -101,3 +101,17 @@ def test_a_bad_value_in_one_point_refuses_the_sweep_and_leaves_the_store_untouch
         r = run_jobs(store, "submit", "testchain", *args, env=env)
         assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err, r.err
     assert tree_digest(store) == before
+
+
+def test_a_slurm_sweeps_dry_run_shows_the_array_it_would_submit(tmp_path):
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text("dev: {partition: debug, containers: false}\n")
+    env = {"JOBS_RECIPES": str(FIXTURES / "recipes"), "JOBS_PROFILES": str(profiles),
+           "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+    store = tmp_path / "store"
+    r = run_jobs(store, "submit", "testchain", "--stage", "count", "--sweep", "count.steps=1,2,3", "--executor", "slurm",
+                 "--profile", "dev", "--max-parallel", "2", "--dry-run", env=env)
+    assert r.code == 0, r.err
+    assert "#SBATCH --array=0-2%2" in r.out and r.out.count("#!/bin/bash") == 1, r.out
+    assert f"#SBATCH --output='{store}/sweeps/<sweep>/%A_%a_0_log.out'" in r.out, r.out
+    assert not store.exists()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import grp
 import json
 import os
-import pwd
 import shutil
 import stat
 import subprocess
@@ -22,22 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_jobs, tree_state
+from helpers import MATE, TEAM, ensure_mate, run_jobs, tree_state
 from lineage import Store
 
-TEAM, MATE = "jobsteam", "jobsmate"
 SHORT = ["pretrain.steps=20", "pretrain.warmup=2", "pretrain.log_every=5", "pretrain.checkpoint_every=10"]
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="making a second Unix user needs root (CI has it)")
-
-
-def ensure_mate() -> None:
-    """The team's group and a second member of it (no home, no login)."""
-    subprocess.run(["groupadd", "-f", TEAM], check=True)
-    try:
-        pwd.getpwnam(MATE)
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-N", "-g", TEAM, "-s", "/bin/sh", MATE], check=True)
 
 
 @pytest.fixture(scope="module")

@@ -210,7 +210,8 @@ def test_concurrent_creators_both_open_the_store(tmp_path):
 
 def test_the_root_folders_mode_reaches_every_folder_record_and_artifact_whatever_the_umask(tmp_path, monkeypatch):
     """A team store: root 2770. A job with umask 077 writes weights 0600 in folders 0700; after
-    registration the group reads all of it, and every folder the store made lets the group add more."""
+    registration the group reads all of it, and every folder the store made lets the group add more
+    (and remove only their own)."""
     monkeypatch.setenv("JOBS_CACHE_DIR", str(tmp_path / "cache"))
     root = tmp_path / "team"
     root.mkdir()
@@ -229,7 +230,8 @@ def test_the_root_folders_mode_reaches_every_folder_record_and_artifact_whatever
         os.umask(old)
     mode = lambda p: stat.S_IMODE(os.lstat(p).st_mode)  # noqa: E731
     for top in ("records", "refs", "runs", "code", "imports", f"runs/{run}", "records/artifact", "refs/team/model"):
-        assert mode(root / top) == 0o2770, top
+        assert mode(root / top) == 0o3770, top   # sticky: a member adds, but removes only their own
+    assert mode(root / "refs" / "team" / "model" / ".latest") == 0o660   # the hint: read and rewritten by the group
     for rec in [*(root / "records").rglob("*.json"), *(root / "refs").rglob("v*.json"), root / "jobs-store.json"]:
         assert mode(rec) == 0o440, rec
     assert mode(out) == 0o550 and mode(out / "model.safetensors") == 0o440 and mode(out / "run.sh") == 0o550

@@ -196,6 +196,53 @@ def test_cancel_a_running_slurm_run(tmp_path, env):
         time.sleep(1)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a second Unix user needs root (CI has it)")
+def test_a_foreign_users_cancel_that_scancel_refuses_records_nothing(tmp_path, env):
+    """Another member of a team store may write its records but not cancel the owner's Slurm job:
+    scancel refuses, and the store keeps saying RUNNING (the owner's cancel then still works)."""
+    import grp
+    import tempfile
+
+    from helpers import MATE, TEAM, ensure_mate, run_jobs_as, tree_state
+
+    ensure_mate()
+    top = Path(tempfile.mkdtemp(prefix="jobs-team-", dir="/tmp"))   # pytest's folders are 0700
+    try:
+        os.chmod(top, 0o755)
+        store = top / "store"
+        store.mkdir()
+        os.chown(store, -1, grp.getgrnam(TEAM).gr_gid)
+        os.chmod(store, 0o2770)
+        (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=200", "count.step_s=0.5")
+        wait_for_progress(store, run, 1)
+        (top / "mate").mkdir()
+        before = tree_state(store)
+        p = run_jobs_as(MATE, store, "cancel", run, home=top / "mate")
+        assert p.code == 2 and "Traceback" not in p.err, p.err
+        assert p.err.startswith(f"jobs: error: run {run} not cancelled: scancel") and len(p.err.splitlines()) == 1
+        assert "denied" in p.err and "nothing recorded" in p.err, p.err
+        assert tree_state(store, skip=(store / "runs",)) == {k: v for k, v in before.items() if not k.startswith("runs")}
+        assert Store(store).run(run).state == "RUNNING"
+        r = run_jobs(store, "cancel", run, env=env)          # the owner's cancel is not "already ended"
+        assert r.code == 0 and "scancel" in r.out, r.err
+        assert Store(store).run(run).state == "CANCELLED"
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(top)])
+        subprocess.run(["rm", "-rf", str(top)])
+
+
+def test_a_cluster_without_pyxis_refuses_a_pyxis_submit_before_anything_is_recorded(tmp_path, env):
+    """The dev cluster has no pyxis: a profile that runs the stage's image under it (the default) is
+    refused at submit, not accepted to die in the queue with `srun: unrecognized option`."""
+    store = tmp_path / "store"
+    lock = {"JOBS_CONTAINERS_LOCK": "/var/lib/jobs-dev/containers.lock"}   # tiny-cpu pinned (dev set-up)
+    for args in ([], ["--profile", "pyxis"]):
+        r = run_jobs(store, "submit", "tiny", "--stage", "data", "--executor", "slurm", *args, env={**env, **lock})
+        assert r.code == 2 and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r.err
+        assert "srun has no --container-image (pyxis is not installed)" in r.err, r.err
+        assert not store.exists()
+
+
 BAD = [
     (["--profile", "nopart"], "invalid partition"),
     (["--profile", "toolong"], "time limit"),

@@ -4,6 +4,7 @@ nothing; `compare` shows six rows and marks the best. Step counts are tiny: this
 learning (tests/stages has the learning)."""
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -91,3 +92,50 @@ def test_a_2x3_sft_sweep_is_one_job_array_and_a_resubmit_runs_only_what_is_missi
     # A later stage takes the best point's model.
     plan = run_jobs(store, "submit", "tiny", "--stage", "rm", "--input", f"model={sweep}:best", "--dry-run", env=env)
     assert plan.code == 0 and f"input  model      {final[best].outputs['model']}" in plan.out, plan.err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a second Unix user needs root (CI has it)")
+def test_a_sweeps_cancel_scancels_its_array_before_recording_any_point(tmp_path, slurm_cluster):
+    """A team member's cancel of the owner's sweep: scancel refuses, nothing is recorded; the
+    owner's cancel then scancels the array and records every point."""
+    import grp
+    import subprocess
+    import tempfile
+
+    from helpers import MATE, TEAM, ensure_mate, run_jobs_as, tree_state
+
+    ensure_mate()
+    fixtures = Path(__file__).parents[1] / "fixtures"
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text("dev: {partition: debug, containers: false}\n")
+    env = {"JOBS_PROFILES": str(profiles), "JOBS_RECIPES": str(fixtures / "recipes"),
+           "PYTHONPATH": os.pathsep.join([str(fixtures), os.environ.get("PYTHONPATH", "")])}
+    top = Path(tempfile.mkdtemp(prefix="jobs-team-", dir="/tmp"))   # pytest's folders are 0700
+    try:
+        os.chmod(top, 0o755)
+        store = top / "store"
+        store.mkdir()
+        os.chown(store, -1, grp.getgrnam(TEAM).gr_gid)
+        os.chmod(store, 0o2770)
+        r = run_jobs(store, "submit", "testchain", "--stage", "count", "--sweep", "count.steps=300,301",
+                     "count.step_s=0.5", "--executor", "slurm", "--profile", "dev", env=env)
+        assert r.code == 0, r.err
+        sweep = re.search(r"sweep (swp_[0-9a-f]+):", r.out)[1]
+        view = records.read(Store(store), sweep)
+        array = Store(store).run(view.runs[0]).jobs[-1]["array"]
+        (top / "mate").mkdir()
+        before = tree_state(store, skip=(store / "runs", store / "sweeps"))
+        refused = run_jobs_as(MATE, store, "cancel", sweep, home=top / "mate")
+        assert refused.code == 2 and len(refused.err.splitlines()) == 1 and "Traceback" not in refused.err, refused.err
+        assert f"not cancelled: scancel {array} said" in refused.err and "denied" in refused.err, refused.err
+        assert tree_state(store, skip=(store / "runs", store / "sweeps")) == before
+        c = run_jobs(store, "cancel", sweep, env=env)
+        assert c.code == 0 and f"scancel {array}" in c.out, c.out + c.err
+        assert [Store(store).run(run).state for run in view.runs] == ["CANCELLED", "CANCELLED"]
+        end = time.monotonic() + 60
+        while subprocess.run(["squeue", "-h", "-r", "-j", array], capture_output=True, text=True).stdout.strip():
+            assert time.monotonic() < end, "the array is still in squeue after the sweep's cancel"
+            time.sleep(1)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(top)])
+        subprocess.run(["rm", "-rf", str(top)])
