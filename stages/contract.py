@@ -23,7 +23,9 @@ class StageModule(Protocol):
     """A stage is a module with `run`. The recipes' stages also have `check_config(config,
     resources=None) -> [problems]` (each one line; run at submit, before anything is recorded, so
     a bad value never waits in a queue; tests/recipes/test_stage_contract.py holds every stage to
-    it) and may have `preview(config, resources) -> str`, what `--dry-run` shows it will launch.
+    it) and may have `preview(config, resources) -> str`, what `--dry-run` shows it will launch, and
+    `notes(config) -> [lines]`, what submit says of a value the stage will run otherwise than written
+    (a warmup longer than a short run, shortened).
     A stage whose recipe gives it a Ray cluster (`ray: true`) may have `uses_ray(config) -> bool`:
     False when this config runs without one, so the job starts none (absent: it always does)."""
 

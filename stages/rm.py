@@ -244,6 +244,10 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     return Schedule.problems(cfg, "rm") if cfg["steps"] else []
 
 
+def notes(config: dict) -> list[str]:
+    """What submit says of the torch schedule: a warmup not below a short run's steps is shortened."""
+    return Schedule.notes(config["rm"], "rm") if config.get("rm", {}).get("backend", "torch") == "torch" and config["rm"].get("steps") else []
+
 def preview(config: dict, resources: dict) -> str | None:
     """For `jobs submit --dry-run`: the NeMo RL reward-model config and command a nemo_rl job runs."""
     if config["rm"].get("backend") != "nemo_rl":

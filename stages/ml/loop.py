@@ -61,20 +61,42 @@ class Schedule:
         for k in ("steps", "checkpoint_every", "log_every"):
             if k in values and values[k] < 1:
                 problems.append(f"{name}{k} must be >= 1 (got {values[k]})")
-        if "warmup" in values and not 0 <= values["warmup"] < values.get("steps", 1 << 30):
-            problems.append(f"{name}warmup must be in [0, steps) (got {values['warmup']}, steps "
-                            f"{values.get('steps')}): lower {name}warmup or raise {name}steps")
+        if "warmup" in values and values["warmup"] < 0:
+            problems.append(f"{name}warmup must be >= 0 (got {values['warmup']})")
         if "min_lr_ratio" in values and not 0 <= values["min_lr_ratio"] <= 1:
             problems.append(f"{name}min_lr_ratio must be in [0, 1] (got {values['min_lr_ratio']})")
         return problems
 
+    @staticmethod
+    def warmup_for(steps: int, warmup: int) -> int:
+        """The warmup a stage's section runs: `warmup` as configured when it ends before the last step
+        (every full-length recipe run, unchanged), else a tenth of the steps, so that a short run of
+        the same recipe (`sft.steps=20` under a warmup of 100) trains with its decay instead of being
+        refused. (rl builds its Schedule itself and keeps its warmup as given: a short rl run was
+        always accepted, and a recorded one must reproduce.)"""
+        return warmup if warmup < steps else steps // 10
+
+    @classmethod
+    def notes(cls, cfg: dict, where: str) -> list[str]:
+        """The one line submit prints when `warmup_for` changes the configured warmup."""
+        steps, warmup = cfg.get("steps"), cfg.get("warmup")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup)) or not 0 < steps <= warmup:
+            return []
+        return [f"{where}.warmup {warmup} is not below {where}.steps {steps}: this run warms up over "
+                f"{cls.warmup_for(steps, warmup)} step(s), a tenth of its steps (set {where}.warmup below {steps} "
+                "to choose)"]
+
     @classmethod
     def from_config(cls, cfg: dict) -> "Schedule":
-        """The loop's knobs from a stage section; every problem reported at once."""
+        """The loop's knobs from a stage section, the warmup as `warmup_for` runs it; every problem
+        reported at once."""
         problems = cls.problems(cfg)
         if problems:
             raise StageError("training schedule: " + "; ".join(problems))
-        return cls(**{k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg})
+        knobs = {k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg}
+        if "warmup" in knobs:
+            knobs["warmup"] = cls.warmup_for(knobs["steps"], knobs["warmup"])
+        return cls(**knobs)
 
     def factor(self, step: int) -> float:
         """Linear warmup to 1, then cosine down to min_lr_ratio (a multiplier of `lr`)."""
