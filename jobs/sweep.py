@@ -282,15 +282,16 @@ def ranked(store, text: str, metric: str | None = None):
 
 
 def compare(store, ident: str, metric: str | None = None, as_json: bool = False) -> list[str]:
-    """`jobs compare SWEEP`: the grid, each point's state and metric, the best marked with *."""
-    import json
+    """`jobs compare SWEEP`: the grid, each point's state and metric, the best marked with *;
+    `as_json`: one JSON list of the points."""
+    from lineage.records import strict_json
 
     view, runs, metric, higher, best = ranked(store, ident, metric)
     if as_json:
-        return [json.dumps({"point": i, "values": p["values"], "run": r.id if r else None,
-                            "state": r.state if r else None, "metric": metric,
-                            "value": r.metrics.get(metric) if r else None, "best": i == best}, sort_keys=True)
-                for i, (p, r) in enumerate(zip(view.points, runs))]
+        return [strict_json([{"point": i, "values": p["values"], "run": r.id if r else None,
+                              "state": r.state if r else None, "metric": metric,
+                              "value": r.metrics.get(metric) if r else None, "best": i == best}
+                             for i, (p, r) in enumerate(zip(view.points, runs))], sort_keys=True)]
     widths = [max(len(k), *(len(str(p["values"].get(k, ""))) for p in view.points)) for k in view.keys]
     head = "  ".join(f"{k:<{w}}" for k, w in zip(view.keys, widths))
     lines = [f"sweep {view.id}: {view.recipe}/{view.stage}, {len(view.points)} points, "
@@ -308,20 +309,22 @@ def compare(store, ident: str, metric: str | None = None, as_json: bool = False)
     return lines
 
 
-def status(store, ident: str, as_json: bool = False) -> list[str]:
-    """`jobs status SWEEP`: a count per state, then each point with its run as `jobs status` shows it."""
-    import json
+def status(store, ident: str, as_json: bool = False, lines: bool = False) -> list[str]:
+    """`jobs status SWEEP`: a count per state, then each point with its run as `jobs status` shows it;
+    `as_json`: one JSON list of the points (`lines`: one object per point and line)."""
     from collections import Counter
     from dataclasses import asdict
 
     from jobs.status import format_rows, rows
+    from lineage.records import strict_json
 
     view = _view(store, ident)
     ids = [r for r in view.runs if r]
     by_run = {row.run: row for row in rows(store, ids)}
-    if as_json:
-        return [json.dumps({"point": i, "values": p["values"], **(asdict(by_run[r]) if r else {"run": None})},
-                           sort_keys=True) for i, (p, r) in enumerate(zip(view.points, view.runs))]
+    if as_json or lines:
+        docs = [strict_json({"point": i, "values": p["values"], **(asdict(by_run[r]) if r else {"run": None})},
+                            sort_keys=True) for i, (p, r) in enumerate(zip(view.points, view.runs))]
+        return docs if lines else [f"[{', '.join(docs)}]"]
     counts = Counter(by_run[r].state if r else "NOT RECORDED" for r in view.runs)
     lines = [f"sweep {view.id}: {view.recipe}/{view.stage}, {len(view.points)} points: "
              + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]

@@ -7,7 +7,6 @@ runtime (runtime/) calls `run(ctx)` inside the allocation; neither is imported f
 """
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Protocol, runtime_checkable
 
 from lineage.layout import RunDir
+from lineage.records import strict_json
 
 
 @runtime_checkable
@@ -163,7 +163,7 @@ class StageContext:
             return
         self._metrics.update(metrics)
         with open(RunDir(self.run_dir).metrics, "a") as f:
-            f.write(json.dumps({"step": step, "time": time.time(), **metrics}, sort_keys=True) + "\n")
+            f.write(strict_json({"step": step, "time": time.time(), **metrics}, sort_keys=True) + "\n")
         for tracker in self._trackers:
             tracker.log(metrics, step)
 

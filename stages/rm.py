@@ -36,9 +36,9 @@ each accuracy per kind.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from lineage.records import strict_json
 from stages.ml import batches, formats, lm, tracking
 from stages.ml.loop import Schedule, train
 from stages.ml.losses import bradley_terry_loss
@@ -312,7 +312,7 @@ def run(ctx) -> dict[str, Path]:
     # Output (rank 0): the LM folder + the head; the held-out margins pair by pair next to the metrics.
     if not ctx.dist.is_main:
         return {}
-    (ctx.run_dir / "held_out.jsonl").write_text("".join(json.dumps(
+    (ctx.run_dir / "held_out.jsonl").write_text("".join(strict_json(
         {**p, **{k.removesuffix("_accuracy"): round(v[i].item(), 4) for k, v in margins.items()}}, sort_keys=True) + "\n"
         for i, p in enumerate(test_pairs)))
     out = lm.save_model(model.lm, tokenizer, ctx.output_dir("reward_model"))

@@ -119,7 +119,8 @@ def test_version_lineage_of_a_run_and_a_profile_with_the_local_executor(store_co
     assert text.code == 0, text.err
     assert text.out.count("ancestry:") == len(outputs) == 6 and "tiny/data/sft:v1" in text.out
     as_json = run_jobs(store_copy, "lineage", run, "--json")
-    assert sorted(__import__("json").loads(x)["artifact"] for x in as_json.out.splitlines()) == sorted(outputs.values())
+    doc = __import__("json").loads(as_json.out)                      # one document: each output's graph by name
+    assert doc["run"] == run and {k: g["artifact"] for k, g in doc["outputs"].items()} == outputs
     dot = run_jobs(store_copy, "lineage", run, "--format", "dot")      # one picture per artifact: say which
     assert dot.code == 2 and f"sft={outputs['sft'][:16]}" in dot.err and len(dot.err.splitlines()) == 1
 

@@ -83,6 +83,10 @@ def test_compare_marks_the_best_point_and_a_later_stage_takes_its_output(swept):
     assert bad.code == 2 and "no point recorded metric 'nope'" in bad.err
     status = run_jobs(store, "status", sweep, env=env)
     assert status.code == 0 and "3 points: 3 SUCCEEDED" in status.out
+    points = json.loads(run_jobs(store, "status", sweep, "--json", env=env).out)   # one document, as everywhere
+    assert [p["point"] for p in points] == [0, 1, 2] and {p["state"] for p in points} == {"SUCCEEDED"}
+    grid = json.loads(run_jobs(store, "compare", sweep, "--json", env=env).out)
+    assert [p["best"] for p in grid] == [False, True, False]
     report = run_jobs(store, "report", sweep, "-o", str(store.parent / "sweep.html"), env=env)
     assert report.code == 0, report.err
     assert "<svg" in (store.parent / "sweep.html").read_text()
