@@ -149,6 +149,13 @@ def record_mode(folder_mode: int) -> int:
     return (folder_mode & 0o444) | 0o400
 
 
+def member_mode(folder_mode: int) -> int:
+    """A file its writer rewrites or appends to and the store's members read (a run's progress.json
+    and metrics.jsonl): the writer's read and write bits, and its folder's read bits, whatever the
+    writer's umask, so a member of a team store sees a running job's step, total and ETA."""
+    return (folder_mode & 0o444) | 0o600
+
+
 def write_record(path: Path, obj: Any, *, exclusive: bool = True, root: Path | None = None) -> bool:
     return atomic_write(path, canonical_json(obj) + b"\n", exclusive=exclusive, mode=record_mode, root=root)
 

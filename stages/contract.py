@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Protocol, runtime_checkable
 
 from lineage.layout import RunDir
-from lineage.records import strict_json
+from lineage.records import member_mode, strict_json
 
 
 @runtime_checkable
@@ -162,7 +162,10 @@ class StageContext:
         if not self.dist.is_main:
             return
         self._metrics.update(metrics)
-        with open(RunDir(self.run_dir).metrics, "a") as f:
+        fd = os.open(RunDir(self.run_dir).metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as f:
+            if os.fstat(fd).st_uid == os.geteuid():   # readable as the store's members may, whatever the umask
+                os.fchmod(fd, member_mode(stat.S_IMODE(os.stat(self.run_dir).st_mode)))
             f.write(strict_json({"step": step, "time": time.time(), **metrics}, sort_keys=True) + "\n")
         for tracker in self._trackers:
             tracker.log(metrics, step)
