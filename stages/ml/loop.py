@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import math
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -289,6 +290,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
     hook = model.register_forward_pre_hook(count_tokens, with_kwargs=True)
     model.train()
     stopped = False
+    run_tokens, t_run = 0.0, time.monotonic()   # the whole loop's throughput, logged at its end
     for step in range(start, schedule.steps):
         if stop_requested():
             save(step)
@@ -311,15 +313,20 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
                 values /= ctx.dist.world_size
             lr = scheduler.get_last_lr()[0]
             speed = {}
-            if progress is not None:  # tokens: the mean share times the ranks is the global batch's
+            run_tokens += values[1].item() * ctx.dist.world_size   # the mean share times the ranks: the global batch's
+            if progress is not None:
                 speed = progress.update(step + 1, values[0].item(), lr, values[1].item() * ctx.dist.world_size,
                                         extra={k: v.item() for k, v in zip(keys, values[2:])})
-            ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr": lr, f"{name}/grad_norm": grad_norm.item(),
-                     **({f"{name}/tokens_per_s": speed["tokens_per_s"]} if speed and speed["tokens_per_s"] else {}),
+            # lr_now: the schedule's rate at this step, not the config's peak `lr` that compare shows
+            # beside it; interval_tokens_per_s: this log interval's speed, not the run's.
+            ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr_now": lr, f"{name}/grad_norm": grad_norm.item(),
+                     **({f"{name}/interval_tokens_per_s": speed["tokens_per_s"]} if speed and speed["tokens_per_s"] else {}),
                      **{f"{name}/{k}": v.item() for k, v in zip(keys, values[2:])}}, step=step + 1)
         if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
             save(step + 1, keep=True)
     hook.remove()
+    if run_tokens and not stopped:   # tokens over the loop's wall time (this attempt's, when resumed)
+        ctx.log({f"{name}/run_tokens_per_s": run_tokens / max(time.monotonic() - t_run, 1e-9)}, step=schedule.steps)
     del ddp  # its reducer holds the process group: free it now, while every rank is still here
     if created_group:
         leave_distributed(ctx.dist)

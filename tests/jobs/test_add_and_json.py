@@ -43,6 +43,11 @@ def test_an_added_folder_is_an_artifact_a_stage_reads(added):
     assert pre["state"] == "SUCCEEDED"
     record = json.loads(run_jobs(root, "show", pre["id"], "--json").out)
     assert record["inputs"]["corpus"] == art and record["type"] == "run"
+    # The schedule's rate is lr_now, never a metric named like the config's pretrain.lr; the speed of
+    # the whole run is run_tokens_per_s, the last log interval's interval_tokens_per_s.
+    m = record["metrics"]
+    assert "pretrain/lr" not in m and 0 < m["pretrain/lr_now"] <= record["spec"]["config"]["pretrain"]["lr"]
+    assert m["pretrain/run_tokens_per_s"] > 0 and m["pretrain/interval_tokens_per_s"] > 0
 
 
 def test_the_lineage_shows_an_added_artifact_as_a_root(added):
