@@ -129,12 +129,12 @@ def print_run(store, idx, run_id: str) -> None:
     if s.sweep:
         print(f"sweep     {_sweep_point(s.sweep)}")
     for role, art in sorted(v.inputs.items()):
-        print(f"input     {role:<10} {art}" + _from_sweep(store, art))
+        print(f"input     {role:<10} {art}" + _own_name(idx, art) + _from_sweep(store, art))
     for role, ref in sorted(s.pending_inputs.items()):
         if role not in v.inputs:
             print(f"input     {role:<10} (from run {ref['run']} output {ref['output']}, when it starts)")
     for name, art in sorted(v.outputs.items()):
-        print(f"output    {name:<10} {art}")
+        print(f"output    {name:<10} {art}" + _own_name(idx, art))
     if v.attempts:
         print(f"attempts  {len(v.attempts)}" + (f"   one W&B run {v.trackers['wandb_run_id']}" if v.trackers.get("wandb_run_id") else ""))
     for a in v.attempts:
@@ -154,6 +154,14 @@ def print_run(store, idx, run_id: str) -> None:
         print(f"drift     {what}: recorded {d.get('recorded')}, ran {ran}"
               + (f" ({'; '.join(d['changes'][:5])})" if d.get("changes") else ""))
     print("config    " + json.dumps(s.config, sort_keys=True))
+
+
+def _own_name(idx, art: str) -> str:
+    """'  (tiny/sft/model:v3)': the version the artifact was registered as, when it has one."""
+    from jobs.chains import own_name
+
+    own = own_name(idx, art) if idx is not None else None
+    return f"  ({own})" if own else ""
 
 
 def _sweep_point(sw: dict) -> str:
@@ -286,15 +294,17 @@ def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def format_plan(plan) -> str:
-    """A local dry run: what each stage would run with, and what it would launch when its module
-    can tell (`preview(config, resources)`: the Megatron-Bridge overrides, the NeMo RL config)."""
+def format_plan(plan, store=None) -> str:
+    """A local dry run: what each stage would run with (its inputs by ID and by the name each was
+    registered as, when `store` is given), and what it would launch when its module can tell
+    (`preview(config, resources)`: the Megatron-Bridge overrides, the NeMo RL config)."""
     import importlib
 
+    idx = store.index() if store is not None and any(sp.inputs for sp in plan.stages) else None
     out = []
     for sp in plan.stages:
         out.append(f"### {sp.recipe}/{sp.stage}  ({sp.module})")
-        out += [f"input  {role:<10} {art}" for role, art in sorted(sp.inputs.items())]
+        out += [f"input  {role:<10} {art}{_own_name(idx, art)}" for role, art in sorted(sp.inputs.items())]
         out += [f"input  {role:<10} <- {stage}.{o} of this submission" for role, (stage, o) in sorted(sp.upstream.items())]
         out.append("config " + json.dumps(sp.config, sort_keys=True))
         preview = getattr(importlib.import_module(sp.module), "preview", None)

@@ -205,6 +205,8 @@ def submit(req, sweeps: list[str], max_parallel: int | None = None,
     new = [runs[i] for i in todo]
     echo(f"sweep {sweep_id}: {len(sw.points)} point(s), {len(new)} to run, {len(sw.points) - len(new)} reused "
          f"or still running; recorded {len(new)} run(s) in {store.root}")
+    for i in todo:   # which run is which point, before the launch lines that name runs only
+        echo(f"{runs[i]}  point {i}: {said(sw.points[i])}")
     if not new:
         return sweep_id, [], True
     from jobs.submit import _code_on_path

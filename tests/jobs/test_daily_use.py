@@ -93,6 +93,20 @@ def test_full_length_runs_keep_the_recipes_warmup_exactly():
     assert short.warmup == 2 and short.factor(0) == 0.5 and short.factor(1) == 1.0 > short.factor(10)
 
 
+def test_show_and_dry_run_name_each_input_and_output(store_copy):
+    """An art_… ID alone says nothing to a reader: each is followed by the version it was made as."""
+    s = Store(store_copy)
+    (run,) = [r["id"] for r in s.index().runs()]
+    shown = run_jobs(store_copy, "show", run)
+    assert shown.code == 0, shown.err
+    sft = s.run(run).outputs["sft"]
+    assert f"output    sft        {sft}  (tiny/data/sft:v1)" in shown.out.splitlines(), shown.out
+    dry = run_jobs(store_copy, "submit", "tiny", "--stage", "pretrain", "--dry-run")
+    assert dry.code == 0, dry.err
+    corpus = s.run(run).outputs["corpus"]
+    assert f"input  corpus     {corpus}  (tiny/data/corpus:v1)" in dry.out.splitlines(), dry.out
+
+
 def test_stage_named_key_goes_to_its_stage_only(store_copy):
     r = run_jobs(store_copy, "submit", "tiny", "--stage", "data", "sft.lr=1e-4", "seed=7", "--dry-run")
     assert r.code == 0, r.err

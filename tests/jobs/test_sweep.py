@@ -43,6 +43,8 @@ def swept(tmp_path_factory) -> tuple[Path, dict, str]:
                  "--max-parallel", "2", env=env)
     assert r.code == 0, r.err
     sweep = r.out.split("sweep ", 1)[1].split(":")[0]
+    said = [line.split("  ", 1)[1] for line in r.out.splitlines() if "  point " in line]   # each run's values
+    assert said == ["point 0: count.steps=3", "point 1: count.steps=1", "point 2: count.steps=2"], r.out
     return store, env, sweep
 
 

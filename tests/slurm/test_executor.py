@@ -197,7 +197,7 @@ def test_cancel_a_running_slurm_run(tmp_path, env):
 
 
 BAD = [
-    (["--profile", "nopart"], "invalid partition"),
+    (["--profile", "nopart"], "refused tiny/data under profile nopart (partition nosuch): "),   # + slurm's words
     (["--profile", "toolong"], "time limit"),
     (["--profile", "nosuch"], "no profile 'nosuch'"),
     (["--profile", "pyxis"], "not pinned by digest"),
