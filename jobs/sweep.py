@@ -419,7 +419,7 @@ def report(store, ident: str, out, metric: str | None = None):
                 ax.plot([px], [y], marker="*", markersize=16, color="black", linestyle="none", label="best")
     if not numeric:
         ax.set_xticks(range(len(xs)), xs)
-    elif len(xs) > 2 and min(_float(x) for x in xs) > 0 and max(_float(x) for x in xs) / min(_float(x) for x in xs) >= 100:
+    elif log_axis(x_key, [_float(x) for x in xs]):
         ax.set_xscale("log")
     ax.set_xlabel(x_key)
     ax.set_ylabel(metric)
@@ -433,6 +433,15 @@ def report(store, ident: str, out, metric: str | None = None):
     path = Path(out) if out else Path(f"report-{view.id}.html")
     path.write_text(_page(f"sweep {view.id}", body))
     return path
+
+
+def log_axis(key: str, values: list[float]) -> bool:
+    """Whether a sweep plot puts `key` on a log axis: a rate (`sft.lr`, `rl.dpo.lr`, `min_lr`), which
+    is swept by factors, whenever its values are positive; any other key spanning 100x or more."""
+    if len(values) < 2 or min(values) <= 0:
+        return False
+    leaf = key.rsplit(".", 1)[-1]
+    return leaf == "lr" or leaf.endswith("_lr") or leaf == "learning_rate" or max(values) / min(values) >= 100
 
 
 def _float(x: str) -> float | None:

@@ -94,6 +94,14 @@ def test_compare_marks_the_best_point_and_a_later_stage_takes_its_output(swept):
     assert "<svg" in (store.parent / "sweep.html").read_text()
 
 
+def test_a_rate_is_plotted_on_a_log_axis():
+    from jobs.sweep import log_axis
+
+    assert log_axis("sft.lr", [1e-3, 3e-3]) and log_axis("rl.dpo.lr", [1e-4, 3e-4, 1e-3])
+    assert log_axis("data.n_sft", [10, 1000]) and not log_axis("data.n_sft", [100, 200, 300])
+    assert not log_axis("sft.lr", [0.0, 1e-3]) and not log_axis("sft.lr", [1e-3])
+
+
 def test_a_bad_value_in_one_point_refuses_the_sweep_and_leaves_the_store_untouched(swept):
     store, env, _ = swept
     before = tree_digest(store)
