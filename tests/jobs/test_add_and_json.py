@@ -121,3 +121,30 @@ def test_the_readmes_json_pipelines_run_as_written(added):
         p = subprocess.run(["bash", "-o", "pipefail", "-c", text], env=env,
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and p.stdout.strip() and p.stderr == "", (line, p.stdout, p.stderr)
+
+
+def test_status_json_prints_a_progress_file_nan_as_null(tmp_path):
+    """A progress.json an earlier writer left with NaN and Infinity: status --json prints null."""
+    import socket
+    import time
+
+    from lineage import Store
+    from runtime.attempts import boot_id, proc_start
+
+    s = Store.open(tmp_path / "store", create=True)
+    run = s.create_run({"recipe": "testchain", "stage": "count", "module": "teststages.counter",
+                        "executor": "local", "config": {}, "inputs": {}, "input_kinds": {},
+                        "outputs": {"result": "count-result"}, "resources": {}, "code": {}, "environment": {}})
+    pid = os.getpid()   # this process stands in for the job: alive, so the run shows as running
+    s.add_event(run, "attempt", attempt=1, start=time.time(), host=socket.gethostname(), pid=pid,
+                pgid=os.getpgid(pid), proc_start=proc_start(pid), boot_id=boot_id())
+    s.add_event(run, "status", state="RUNNING")
+    s.run_dir(run).mkdir(parents=True, exist_ok=True)
+    (s.run_dir(run) / "progress.json").write_text(
+        f'{{"stage": "count", "attempt": 1, "step": 3, "total": 10, "loss": NaN, "eta_s": Infinity, "time": {time.time()}}}')
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    (row,) = json.loads(run_jobs(tmp_path / "store", "status", "--json").out, parse_constant=refuse)
+    assert row["run"] == run and row["step"] == 3 and row["total"] == 10 and row["loss"] is None and row["eta_s"] is None
