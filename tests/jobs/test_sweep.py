@@ -80,7 +80,9 @@ def test_compare_marks_the_best_point_and_a_later_stage_takes_its_output(swept):
     shown = run_jobs(store, "show", best.id, env=env)
     assert f"sweep     {sweep} point 1 (count.steps=1)" in shown.out
     shown = run_jobs(store, "show", double.id, env=env)   # the input's line says which sweep and point made it
-    assert f"{best.outputs['result']}  (from sweep {sweep} point 1 (count.steps=1))" in shown.out
+    (line,) = [x for x in shown.out.splitlines() if x.startswith("input     numbers ")]
+    assert line.startswith(f"input     numbers    {best.outputs['result']}  (testchain/count/result:v")   # its name
+    assert line.endswith(f"  (from sweep {sweep} point 1 (count.steps=1))"), line
     bad = run_jobs(store, "submit", "testchain", "--stage", "double", "--input", f"numbers={sweep}:best[nope]", env=env)
     assert bad.code == 2 and "no point recorded metric 'nope'" in bad.err
     status = run_jobs(store, "status", sweep, env=env)
