@@ -90,6 +90,9 @@ def test_reproduce_leaves_latest_where_it_was(tmp_path, env):
     assert refs.add(s.refs, "testchain/count/result", old, again) == 3
     assert s.resolve_artifact("testchain/count/result:latest") == new
     assert s.resolve_artifact("testchain/count/result:v3") == old
+    from lineage.gc import kept
+
+    assert kept(s)[new] == "testchain/count/result:latest"     # gc keeps what :latest resolves to
 
 
 def test_reproduce_refuses_environment_drift_unless_allowed(tmp_path, env):
