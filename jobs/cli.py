@@ -53,11 +53,6 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return reproduce.command(open_store(args), args.run, args.allow_env_drift, args.no_wait, args.compare)
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from jobs import compare
-    return compare.command(open_store(args), args.runs, args.stage, args.metric, args.limit, args.json)
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     from jobs import maintenance
     return maintenance.verify(open_store(args), args.id, args.all)
@@ -101,9 +96,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     from jobs import status
     if args.run and args.run.startswith("swp_"):
         from jobs import sweep
-        print("\n".join(sweep.status(open_store(args), args.run, args.json)))
-        return 0
-    print("\n".join(status.table(open_store(args), args.run, args.all, args.limit, args.json)))
+        lines = sweep.status(open_store(args), args.run, args.json, args.jsonl)
+    else:
+        lines = status.table(open_store(args), args.run, args.all, args.limit, args.json, args.jsonl)
+    if lines:   # --jsonl of nothing: no line at all
+        print("\n".join(lines))
     return 0
 
 
@@ -155,14 +152,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         if args.sweep == "":
             print("\n".join(sweep.sweeps_table(store)))
         else:
-            show.print_runs(sweep.run_rows(store, args.sweep), args.json, store=store, metric=args.metric)
+            show.print_runs(sweep.run_rows(store, args.sweep), args.json, store=store, metric=args.metric,
+                            lines=args.jsonl)
         return 0
     show.print_runs(store.index().runs(recipe=args.recipe, stage=args.stage, limit=args.limit), args.json,
-                    store=store, metric=args.metric)
+                    store=store, metric=args.metric, lines=args.jsonl)
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from jobs.status import check_limit
+
+    check_limit(args.limit)   # as `list` and `status` refuse it, whatever is compared
     if len(args.runs) == 1 and args.runs[0].startswith("swp_"):   # a sweep: its grid, the best point marked
         from jobs import sweep
         return sweep.compare_command(open_store(args), args.runs[0], args.metric[-1] if args.metric else None, args.json)
@@ -182,7 +183,7 @@ def cmd_artifacts(args: argparse.Namespace) -> int:
 
     idx = open_store(args).index()
     check_artifacts_filter(idx, args.recipe, args.kind)
-    show.print_artifacts(idx, idx.artifacts(recipe=args.recipe, kind=args.kind), args.json)
+    show.print_artifacts(idx, idx.artifacts(recipe=args.recipe, kind=args.kind), args.json, args.jsonl)
     return 0
 
 
@@ -206,8 +207,15 @@ def cmd_lineage(args: argparse.Namespace) -> int:
         if len(outputs) > 1 and fmt in ("mermaid", "dot"):
             raise JobsError(f"run {run} has {len(outputs)} outputs, one picture each: name one of "
                             + ", ".join(f"{k}={v[:16]}" for k, v in sorted(outputs.items())))
+        if fmt == "json":   # one document: the run, and each output's graph by its name
+            show.print_json({"run": run, "outputs": {k: show.lineage(store, store.index(), outputs[k], fmt)
+                                                     for k in sorted(outputs)}})
+            return 0
         arts = [outputs[k] for k in sorted(outputs)]
-    print(("\n" if fmt == "json" else "\n\n").join(show.lineage(store, store.index(), a, fmt) for a in arts))
+    if fmt == "json":
+        show.print_json(show.lineage(store, store.index(), arts[0], fmt))
+        return 0
+    print("\n\n".join(show.lineage(store, store.index(), a, fmt) for a in arts))
     return 0
 
 
@@ -272,7 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
         return flags, kw
 
     flag = dict(action="store_true")
-    as_json = a("--json", **flag, help="JSON: one object per line (a document for show and lineage), stable keys")
+    as_json = a("--json", **flag, help="one JSON document (a list of rows for list, artifacts, status), stable keys; "
+                                       "a number that is not finite is null")
+    as_jsonl = a("--jsonl", **flag, help="JSON Lines: one JSON object per row and line, for a stream")
     command("submit", cmd_submit, "compose, record and run a recipe's stage(s)",
             a("recipe"), a("--stage", action="append", help="a stage, a comma list (a,b), or 'all'; repeated: all of them"),
             a("--executor", default="local", help="local (default: run here, wait) or slurm (submit, return)"),
@@ -287,17 +297,17 @@ def build_parser() -> argparse.ArgumentParser:
             a("--max-parallel", type=int, metavar="N", help="with --sweep: at most N points at once (Slurm: array %%N)"),
             a("overrides", nargs="*", help="Hydra overrides: sft.lr=1e-4 +x.y=1 ~x"))
     command("status", cmd_status, "runs not yet ended (or one run), joined with squeue/sacct",
-            a("run", nargs="?"), a("--all", **flag, help="ended runs too"), a("--limit", type=int, default=200), as_json)
+            a("run", nargs="?"), a("--all", **flag, help="ended runs too"), a("--limit", type=int, default=200), as_json, as_jsonl)
     command("logs", cmd_logs, "a run's job output", a("run"),
             a("-f", "--follow", **flag, help="keep printing until the run ends"),
             a("--task", type=int, default=0, help="which task (node) of a multi-node job"))
     command("cancel", cmd_cancel, "cancel a run (scancel on Slurm)", a("run"))
     command("list", cmd_list, "runs, newest first, with how long each ran", a("--recipe"), a("--stage"),
             a("--limit", type=int, default=50), a("--metric", help="add a column: this metric's last value (e.g. eval/exact_match)"),
-            as_json, a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"))
+            as_json, as_jsonl, a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"))
     command("show", cmd_show, "a run's or an artifact's record",
             a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json)
-    command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json)
+    command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json, as_jsonl)
     command("lineage", cmd_lineage, "an artifact's ancestry and descendants",
             a("id"), a("--format", choices=["text", "mermaid", "dot", "json"], default="text"), as_json)
     command("index", cmd_index, "bring the SQLite index up to date with the records",

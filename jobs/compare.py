@@ -110,6 +110,11 @@ def _cell(value) -> str:
 
 
 def command(store, targets: list[str], stage: str | None, metrics: list[str] | None, limit: int, as_json: bool) -> int:
+    from jobs.show import print_json
+
     tables = table(store, runs_of(store, targets, stage, limit), metrics)
-    print(json.dumps(tables, sort_keys=True, default=str) if as_json else render(tables))
+    if as_json:
+        print_json(tables)
+    else:
+        print(render(tables))
     return 0

@@ -1,11 +1,11 @@
 """`jobs export`: an artifact into a DVC repository, or a run as OpenLineage events."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from jobs.errors import JobsError
+from lineage.records import strict_json
 
 
 def command(store, ident: str, dvc: str | None = None, name: str | None = None, openlineage: bool = False,
@@ -26,7 +26,7 @@ def command(store, ident: str, dvc: str | None = None, name: str | None = None, 
     if target is not None and (not target.parent.is_dir() or target.is_dir()):
         raise JobsError(f"--out {target}: {'is a folder' if target.is_dir() else 'its folder does not exist'}")
     events = exports.openlineage_events(store, store.index().resolve_run(ident))
-    text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
+    text = "".join(strict_json(e, sort_keys=True) + "\n" for e in events)
     if target is None:
         sys.stdout.write(text)
         return 0

@@ -40,7 +40,8 @@ class Plan:
     stages: list[StagePlan]
     code: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)   # one line each, for stderr: chains chosen or mixed
+    notes: list[str] = field(default_factory=list)   # one line each, for stderr: chains chosen or mixed, a
+                                                     # stage's own (`notes(config)`: a warmup it shortens)
 
 
 def parse_inputs(pairs: list[str]) -> dict[str, str]:
@@ -107,6 +108,7 @@ def make_plan(store: Store, recipe_name: str, stage_sel: str, *, overrides: list
                         ) from None
                 chooser.default(inp.role, resolved[inp.role])
         notes += chooser.finish()
+        notes += [f"note: {recipe.name}/{st.name}: {n}" for n in getattr(module, "notes", lambda _: [])(config)]
         plans.append(StagePlan(
             recipe=recipe.name, stage=st.name, module=st.module, config=config,
             inputs=resolved, upstream=upstream,

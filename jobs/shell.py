@@ -126,19 +126,87 @@ def _store_names(parsed_args) -> list[str]:
     return sorted(names)
 
 
+def _store(parsed_args):
+    """The store, as a plain object: reading its records opens no index and creates nothing."""
+    from jobs.submit import store_root
+    from lineage import Store
+
+    return Store(store_root(getattr(parsed_args, "store", None)))
+
+
+def _kind_of(store, name: str) -> str | None:
+    """The kind of the artifact `name:latest` names (two small records read), None when unreadable."""
+    from lineage.errors import LineageError
+
+    try:
+        return store.artifact(store.resolve_artifact(f"{name}:latest")).get("kind")
+    except (LineageError, OSError, ValueError, KeyError):
+        return None
+
+
+def _record_ids(parsed_args, kind: str) -> list[str]:
+    """The IDs of one kind of record (`run`, `sweep`), newest run first (a UUIDv7 starts with its time)."""
+    folder = _store(parsed_args).records / kind
+    return sorted((p.stem for p in folder.glob("*/*.json")), reverse=True)
+
+
 @_quiet
 def aliases(prefix, parsed_args):
     return [f"{n}:latest" for n in _store_names(parsed_args)]
 
 
 @_quiet
+def run_ids(prefix, parsed_args):
+    return _record_ids(parsed_args, "run")
+
+
+@_quiet
+def sweep_ids(prefix, parsed_args):
+    return _record_ids(parsed_args, "sweep")
+
+
+@_quiet
+def runs_or_sweeps(prefix, parsed_args):
+    return [*_record_ids(parsed_args, "run"), *_record_ids(parsed_args, "sweep")]
+
+
+@_quiet
+def anything(prefix, parsed_args):
+    """What `show`, `lineage`, `report` take: a run, an alias (and `report`, a sweep or a recipe)."""
+    from jobs import recipes
+
+    words = [*_record_ids(parsed_args, "run"), *(f"{n}:latest" for n in _store_names(parsed_args))]
+    if getattr(parsed_args, "command", None) == "report":
+        words += [*_record_ids(parsed_args, "sweep"), *recipes.available()]
+    return words
+
+
+@_quiet
 def input_pairs(prefix, parsed_args):
-    """`ROLE=` for the recipe's stages' input roles, then `ROLE=NAME:latest` from the store."""
-    role, eq, _ = prefix.partition("=")
-    if eq:
-        return [f"{role}={n}:latest" for n in _store_names(parsed_args)]
+    """`ROLE=` for the input roles of the stages `--stage` selected (all when none is given yet), then
+    `ROLE=NAME:latest` for the store's names whose artifact is of the role's kind, and `ROLE=SWEEP:best[`."""
     recipe = _recipe(parsed_args)
-    return sorted({f"{i.role}=" for s in recipe.stages.values() for i in s.inputs})
+    roles: dict[str, set[str]] = {}
+    for stage in _selected(parsed_args):
+        for i in recipe.stages[stage].inputs:
+            roles.setdefault(i.role, set()).add(i.kind)
+            roles.setdefault(f"{stage}.{i.role}", set()).add(i.kind)
+    role, eq, _ = prefix.partition("=")
+    if not eq:
+        short = sorted(f"{r}=" for r in roles if "." not in r)
+        return short if short or "." in prefix else sorted(f"{r}=" for r in roles)
+    store, want = _store(parsed_args), roles.get(role, set())
+    names = [n for n in _store_names(parsed_args) if _kind_of(store, n) in want]
+    return [*(f"{role}={n}:latest" for n in names), *(f"{role}={s}:best[" for s in _record_ids(parsed_args, "sweep"))]
+
+
+@_quiet
+def stages_known(prefix, parsed_args):
+    """`list --stage`, `compare --stage`: the stages of `--recipe` (or of every recipe)."""
+    from jobs import recipes
+
+    names = [parsed_args.recipe] if getattr(parsed_args, "recipe", None) else recipes.available()
+    return sorted({s for n in names for s in recipes.load(n).stages})
 
 
 def _selected(parsed_args) -> list[str]:
@@ -188,8 +256,12 @@ def profile_names(prefix, parsed_args):
 COMPLETERS = {   # (subcommand, dest) -> completer; None: every subcommand with that dest
     ("submit", "recipe"): recipe_names, ("submit", "stage"): stage_names, ("submit", "input"): input_pairs,
     ("submit", "overrides"): config_keys, (None, "profile"): profile_names, (None, "kind"): kinds,
-    (None, "recipe"): recipe_names, ("show", "id"): aliases, ("lineage", "id"): aliases,
-    ("report", "id"): aliases, ("export", "id"): aliases, ("verify", "id"): aliases,
+    (None, "recipe"): recipe_names, ("show", "id"): anything, ("lineage", "id"): anything,
+    ("report", "id"): anything, ("export", "id"): anything, ("verify", "id"): aliases,
+    ("list", "stage"): stages_known, ("compare", "stage"): stages_known, ("list", "sweep"): sweep_ids,
+    ("compare", "runs"): runs_or_sweeps, ("status", "run"): runs_or_sweeps, ("cancel", "run"): runs_or_sweeps,
+    ("logs", "run"): run_ids, ("reproduce", "run"): run_ids, ("pin", "run"): run_ids,
+    ("diff", "a"): run_ids, ("diff", "b"): run_ids,
 }
 
 

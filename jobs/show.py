@@ -21,19 +21,33 @@ def size(n: int) -> str:
     return str(n)
 
 
-def print_runs(rows: Iterable, as_json: bool = False, store=None, metric: str | None = None) -> None:
-    """`jobs list`: a table, or (`as_json`) one JSON object per run and line, with stable keys; with
-    the store, each run's duration, end and metrics too (jobs/metrics.py), and `metric` as a column."""
+def print_json(doc, lines: bool = False) -> None:
+    """`--json`: `doc` as one JSON document, strict (NaN and infinities as null: lineage.records
+    strict_json) with stable keys, which `json.loads`, `python -m json.tool` and jq read whole;
+    `--jsonl` (`lines`, `doc` a list): JSON Lines, one object per line, for a stream."""
+    from lineage.records import strict_json
+
+    if lines:
+        for item in doc:
+            print(strict_json(item, sort_keys=True, default=str))
+    else:
+        print(strict_json(doc, sort_keys=True, default=str))
+
+
+def print_runs(rows: Iterable, as_json: bool = False, store=None, metric: str | None = None,
+               lines: bool = False) -> None:
+    """`jobs list`: a table, or (`as_json`) one JSON list of the runs (`lines`: one object per run and
+    line), with stable keys; with the store, each run's duration, end and metrics too
+    (jobs/metrics.py), and `metric` as a column."""
     from jobs.metrics import check_known, duration, facts, number
 
     rows = list(rows)
     more = {r["id"]: facts(store.run(r["id"])) for r in rows} if store is not None else {}
     if metric:
         check_known(metric, [m["metrics"] for m in more.values()])
-    if as_json:
-        for r in rows:
-            print(json.dumps({**{k: r[k] for k in ("id", "recipe", "stage", "state", "executor", "created")},
-                              **more.get(r["id"], {})}, sort_keys=True))
+    if as_json or lines:
+        print_json([{**{k: r[k] for k in ("id", "recipe", "stage", "state", "executor", "created")},
+                     **more.get(r["id"], {})} for r in rows], lines)
         return
     col = f"  {metric}" if metric else ""
     print(f"{'RUN':<36}  {'RECIPE':<8} {'STAGE':<9} {'STATE':<10} {'EXECUTOR':<8} {'CREATED':<19}  {'TOOK':>7}{col}")
@@ -54,12 +68,11 @@ def _state(store, row: dict) -> str:
     return lost(store.run(row["id"])).state
 
 
-def print_artifacts(idx, rows: Iterable, as_json: bool = False) -> None:
-    """`jobs artifacts`: a table, or one JSON object per artifact and line."""
-    if as_json:
-        for a in rows:
-            print(json.dumps({"id": a["id"], "kind": a["kind"], "size": a["size"], "created": a["created"],
-                              "names": idx.names_of(a["id"])}, sort_keys=True))
+def print_artifacts(idx, rows: Iterable, as_json: bool = False, lines: bool = False) -> None:
+    """`jobs artifacts`: a table, or one JSON list of the artifacts (`lines`: one object per line)."""
+    if as_json or lines:
+        print_json([{"id": a["id"], "kind": a["kind"], "size": a["size"], "created": a["created"],
+                     "names": idx.names_of(a["id"])} for a in rows], lines)
         return
     print(f"{'ARTIFACT':<20} {'KIND':<12} {'SIZE':>10}  {'CREATED':<19}  NAMES")
     for a in rows:
@@ -84,7 +97,7 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
         doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
                "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers,
                **facts(v)}   # metrics, duration_s, ended
-        print(json.dumps(doc, sort_keys=True, default=str))
+        print_json(doc)
         return None
     art = store.resolve_artifact(ident)
     try:
@@ -95,7 +108,7 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
     if as_json:
         doc = {"type": "artifact", **store.artifact(art), "names": idx.names_of(art), "verified": problem is None,
                "problem": problem}
-        print(json.dumps(doc, sort_keys=True, default=str))
+        print_json(doc)
         return None
     print_artifact(store, idx, art)
     print("verified  ok" if problem is None else f"verified  CORRUPT {problem}")
@@ -128,12 +141,12 @@ def print_run(store, idx, run_id: str) -> None:
     if s.sweep:
         print(f"sweep     {_sweep_point(s.sweep)}")
     for role, art in sorted(v.inputs.items()):
-        print(f"input     {role:<10} {art}" + _from_sweep(store, art))
+        print(f"input     {role:<10} {art}" + _own_name(idx, art) + _from_sweep(store, art))
     for role, ref in sorted(s.pending_inputs.items()):
         if role not in v.inputs:
             print(f"input     {role:<10} (from run {ref['run']} output {ref['output']}, when it starts)")
     for name, art in sorted(v.outputs.items()):
-        print(f"output    {name:<10} {art}")
+        print(f"output    {name:<10} {art}" + _own_name(idx, art))
     if v.attempts:
         print(f"attempts  {len(v.attempts)}" + (f"   one W&B run {v.trackers['wandb_run_id']}" if v.trackers.get("wandb_run_id") else ""))
     for a in v.attempts:
@@ -154,6 +167,14 @@ def print_run(store, idx, run_id: str) -> None:
         print(f"drift     {what}: recorded {d.get('recorded')}, ran {ran}"
               + (f" ({'; '.join(d['changes'][:5])})" if d.get("changes") else ""))
     print("config    " + json.dumps(s.config, sort_keys=True))
+
+
+def _own_name(idx, art: str) -> str:
+    """'  (tiny/sft/model:v3)': the version the artifact was registered as, when it has one."""
+    from jobs.chains import own_name
+
+    own = own_name(idx, art) if idx is not None else None
+    return f"  ({own})" if own else ""
 
 
 def _sweep_point(sw: dict) -> str:
@@ -226,7 +247,8 @@ def _graph(idx, art_id: str):
     return nodes, sorted(edges)
 
 
-def lineage(store, idx, art_id: str, fmt: str = "text") -> str:
+def lineage(store, idx, art_id: str, fmt: str = "text") -> str | dict:
+    """An artifact's graph as text, mermaid or dot; `json`: the document (for `print_json`)."""
     from jobs.add import origin
     from lineage.errors import LineageError
 
@@ -239,10 +261,10 @@ def lineage(store, idx, art_id: str, fmt: str = "text") -> str:
                 where = None
             nodes[n] += f" [{where}]" if where else ""
     if fmt == "json":
-        return json.dumps({"artifact": art_id,
-                           "nodes": [{"id": n, "type": "artifact" if n.startswith("art_") else "run", "label": nodes[n]}
-                                     for n in sorted(nodes)],
-                           "edges": [{"from": a, "to": b, "role": role} for a, b, role in edges]}, sort_keys=True)
+        return {"artifact": art_id,
+                "nodes": [{"id": n, "type": "artifact" if n.startswith("art_") else "run", "label": nodes[n]}
+                          for n in sorted(nodes)],
+                "edges": [{"from": a, "to": b, "role": role} for a, b, role in edges]}
     if fmt == "mermaid":
         ids = {n: f"n{i}" for i, n in enumerate(sorted(nodes))}
         lines = ["graph LR"]
@@ -287,15 +309,17 @@ def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def format_plan(plan) -> str:
-    """A local dry run: what each stage would run with, and what it would launch when its module
-    can tell (`preview(config, resources)`: the Megatron-Bridge overrides, the NeMo RL config)."""
+def format_plan(plan, store=None) -> str:
+    """A local dry run: what each stage would run with (its inputs by ID and by the name each was
+    registered as, when `store` is given), and what it would launch when its module can tell
+    (`preview(config, resources)`: the Megatron-Bridge overrides, the NeMo RL config)."""
     import importlib
 
+    idx = store.index() if store is not None and any(sp.inputs for sp in plan.stages) else None
     out = []
     for sp in plan.stages:
         out.append(f"### {sp.recipe}/{sp.stage}  ({sp.module})")
-        out += [f"input  {role:<10} {art}" for role, art in sorted(sp.inputs.items())]
+        out += [f"input  {role:<10} {art}{_own_name(idx, art)}" for role, art in sorted(sp.inputs.items())]
         out += [f"input  {role:<10} <- {stage}.{o} of this submission" for role, (stage, o) in sorted(sp.upstream.items())]
         out.append("config " + json.dumps(sp.config, sort_keys=True))
         preview = getattr(importlib.import_module(sp.module), "preview", None)

@@ -31,6 +31,7 @@ from typing import Callable
 from jobs.errors import JobsError
 from lineage import Store
 from lineage.layout import RunDir
+from lineage.records import strict_json
 from lineage.states import TERMINAL, RunState
 from lineage.store import RunView
 from runtime.attempts import boot_id, proc_start
@@ -530,17 +531,22 @@ def check_limit(limit: int) -> int:
 
 
 def table(store: Store, run: str | None = None, every: bool = False, limit: int = 200,
-          as_json: bool = False) -> list[str]:
+          as_json: bool = False, lines: bool = False) -> list[str]:
     """`jobs status`: one run, or the newest `limit` runs not yet ended (`every`: ended ones too);
-    `as_json`: one JSON object per run (the Row's fields) and line."""
+    `as_json`: one JSON list of the runs (the Row's fields; `[]` when none), `lines`: one object per
+    run and line (none when none)."""
     check_limit(limit)
     idx = store.index()
     if run:
         run_ids = [idx.resolve_run(run)]
     else:
         run_ids = [r["id"] for r in idx.runs(limit=limit) if every or r["state"] not in TERMINAL]
-    if as_json:
-        return [json.dumps(asdict(r), sort_keys=True) for r in rows(store, run_ids)]
+    if as_json or lines:
+        docs = [strict_json(asdict(r), sort_keys=True) for r in rows(store, run_ids)]
+        return docs if lines else [f"[{', '.join(docs)}]"]
+    if not run_ids:   # one line that says so, not a header over nothing
+        return [f"no runs {'in' if every else 'queued or running in'} {store.root}"
+                + ("" if every else " (`jobs status --all`: ended runs too; `jobs list`: every run)")]
     return format_rows(rows(store, run_ids))
 
 

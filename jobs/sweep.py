@@ -297,6 +297,8 @@ def submit(req, sweeps: list[str], max_parallel: int | None = None,
     new = [runs[i] for i in todo]
     echo(f"sweep {sweep_id}: {len(sw.points)} point(s), {len(new)} to run, {len(sw.points) - len(new)} reused "
          f"or still running; recorded {len(new)} run(s) in {store.root}")
+    for i in todo:   # which run is which point, before the launch lines that name runs only
+        echo(f"{runs[i]}  point {i}: {said(sw.points[i])}")
     if not new:
         return sweep_id, [], True
     from jobs.submit import _code_on_path
@@ -374,15 +376,16 @@ def ranked(store, text: str, metric: str | None = None):
 
 
 def compare(store, ident: str, metric: str | None = None, as_json: bool = False) -> list[str]:
-    """`jobs compare SWEEP`: the grid, each point's state and metric, the best marked with *."""
-    import json
+    """`jobs compare SWEEP`: the grid, each point's state and metric, the best marked with *;
+    `as_json`: one JSON list of the points."""
+    from lineage.records import strict_json
 
     view, runs, metric, higher, best = ranked(store, ident, metric)
     if as_json:
-        return [json.dumps({"point": i, "values": p["values"], "run": r.id if r else None,
-                            "state": r.state if r else None, "metric": metric,
-                            "value": r.metrics.get(metric) if r else None, "best": i == best}, sort_keys=True)
-                for i, (p, r) in enumerate(zip(view.points, runs))]
+        return [strict_json([{"point": i, "values": p["values"], "run": r.id if r else None,
+                              "state": r.state if r else None, "metric": metric,
+                              "value": r.metrics.get(metric) if r else None, "best": i == best}
+                             for i, (p, r) in enumerate(zip(view.points, runs))], sort_keys=True)]
     widths = [max(len(k), *(len(str(p["values"].get(k, ""))) for p in view.points)) for k in view.keys]
     head = "  ".join(f"{k:<{w}}" for k, w in zip(view.keys, widths))
     lines = [f"sweep {view.id}: {view.recipe}/{view.stage}, {len(view.points)} points, "
@@ -400,20 +403,22 @@ def compare(store, ident: str, metric: str | None = None, as_json: bool = False)
     return lines
 
 
-def status(store, ident: str, as_json: bool = False) -> list[str]:
-    """`jobs status SWEEP`: a count per state, then each point with its run as `jobs status` shows it."""
-    import json
+def status(store, ident: str, as_json: bool = False, lines: bool = False) -> list[str]:
+    """`jobs status SWEEP`: a count per state, then each point with its run as `jobs status` shows it;
+    `as_json`: one JSON list of the points (`lines`: one object per point and line)."""
     from collections import Counter
     from dataclasses import asdict
 
     from jobs.status import format_rows, rows
+    from lineage.records import strict_json
 
     view = _view(store, ident)
     ids = [r for r in view.runs if r]
     by_run = {row.run: row for row in rows(store, ids)}
-    if as_json:
-        return [json.dumps({"point": i, "values": p["values"], **(asdict(by_run[r]) if r else {"run": None})},
-                           sort_keys=True) for i, (p, r) in enumerate(zip(view.points, view.runs))]
+    if as_json or lines:
+        docs = [strict_json({"point": i, "values": p["values"], **(asdict(by_run[r]) if r else {"run": None})},
+                            sort_keys=True) for i, (p, r) in enumerate(zip(view.points, view.runs))]
+        return docs if lines else [f"[{', '.join(docs)}]"]
     counts = Counter(by_run[r].state if r else "NOT RECORDED" for r in view.runs)
     lines = [f"sweep {view.id}: {view.recipe}/{view.stage}, {len(view.points)} points: "
              + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
@@ -513,7 +518,7 @@ def report(store, ident: str, out, metric: str | None = None):
                 ax.plot([px], [y], marker="*", markersize=16, color="black", linestyle="none", label="best")
     if not numeric:
         ax.set_xticks(range(len(xs)), xs)
-    elif len(xs) > 2 and min(_float(x) for x in xs) > 0 and max(_float(x) for x in xs) / min(_float(x) for x in xs) >= 100:
+    elif log_axis(x_key, [_float(x) for x in xs]):
         ax.set_xscale("log")
     ax.set_xlabel(x_key)
     ax.set_ylabel(metric)
@@ -527,6 +532,15 @@ def report(store, ident: str, out, metric: str | None = None):
     path = Path(out) if out else Path(f"report-{view.id}.html")
     path.write_text(_page(f"sweep {view.id}", body))
     return path
+
+
+def log_axis(key: str, values: list[float]) -> bool:
+    """Whether a sweep plot puts `key` on a log axis: a rate (`sft.lr`, `rl.dpo.lr`, `min_lr`), which
+    is swept by factors, whenever its values are positive; any other key spanning 100x or more."""
+    if len(values) < 2 or min(values) <= 0:
+        return False
+    leaf = key.rsplit(".", 1)[-1]
+    return leaf == "lr" or leaf.endswith("_lr") or leaf == "learning_rate" or max(values) / min(values) >= 100
 
 
 def _float(x: str) -> float | None:

@@ -66,7 +66,8 @@ def kept(store: Store) -> dict[str, str]:
     """Artifact ID -> why it is kept."""
     idx = store.index()
     why: dict[str, str] = {}
-    for name in idx.named():
+    for name in idx.named():   # what `:latest` resolves to (past versions a reproduction added), and the newest
+        why.setdefault(store.resolve_artifact(f"{name}:latest"), f"{name}:latest")
         why.setdefault(refs.resolve(store.refs, f"{name}:latest"), f"{name}:latest")
     for run, art in idx.edges("in"):
         why.setdefault(art, f"input of run {run}")

@@ -25,7 +25,7 @@ from typing import Iterator
 
 from lineage import refs
 from lineage.errors import Ambiguous, Damaged, LineageError, NotFound, show_path
-from lineage.records import read_kind
+from lineage.records import read_kind, strict_json
 
 RUN_PREFIX = re.compile(r"^[0-9a-f-]{1,36}$")
 
@@ -284,7 +284,7 @@ class Index:
             return
         ev = read_kind(path, "event")
         self.db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-                        (ev["id"], ev["run"], ev["kind"], ev["time"], json.dumps(ev)))
+                        (ev["id"], ev["run"], ev["kind"], ev["time"], strict_json(ev)))
         if ev["kind"] == "status":
             self._set_state(ev["run"], ev["state"], ev["time"], ev["id"])
         elif ev["kind"] == "inputs":

@@ -12,9 +12,10 @@ and read through `write_kept` and `kept_snapshots`, so their format lives in one
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from lineage.records import strict_json
 
 RECORDS, REFS, RUNS, CODE, IMPORTS, RUNTIME = "records", "refs", "runs", "code", "imports", "runtime"
 
@@ -82,7 +83,7 @@ def write_kept(checkpoints: Path, series: str, step: int, weights: bytes, metric
     metrics at that step), which `jobs gc --keep-top-k` ranks. `write(path, bytes)` writes atomically."""
     snap = Path(checkpoints) / KEEP / f"{series}-step{step:07d}"
     write(snap.with_suffix(".pt"), weights)
-    write(snap.with_suffix(".json"), json.dumps({"step": step, "metrics": metrics}, sort_keys=True).encode())
+    write(snap.with_suffix(".json"), strict_json({"step": step, "metrics": metrics}, sort_keys=True).encode())
 
 
 @dataclass

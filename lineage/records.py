@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import secrets
 import stat
@@ -10,9 +11,28 @@ from pathlib import Path
 from typing import Any
 
 
+def finite(obj: Any) -> Any:
+    """`obj` with every float that is not finite (NaN, ±inf: a loss that overflowed) as None. JSON has
+    no such numbers: Python writes `NaN` and `Infinity`, which a strict reader (jq, a browser, another
+    language) refuses, so every JSON the project writes or prints goes through `strict_json`."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def strict_json(obj: Any, **kw: Any) -> str:
+    """`json.dumps` of `finite(obj)`, refusing any non-finite number left (one inside an object that
+    `default=` turns into JSON); the text is the same as json.dumps' when every number is finite."""
+    return json.dumps(finite(obj), allow_nan=False, **kw)
+
+
 def canonical_json(obj: Any) -> bytes:
-    """Bytes that are identical for equal data: sorted keys, no spaces, UTF-8."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """Bytes that are identical for equal data: sorted keys, no spaces, UTF-8, strict (`strict_json`)."""
+    return strict_json(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def folder_mode(parent_mode: int) -> int:
@@ -135,6 +155,13 @@ def atomic_write(path: Path, data: bytes, *, exclusive: bool = False, mode: int 
 def record_mode(folder_mode: int) -> int:
     """A record is read-only, readable by whoever may list its folder (the store's group on a team store)."""
     return (folder_mode & 0o444) | 0o400
+
+
+def member_mode(folder_mode: int) -> int:
+    """A file its writer rewrites or appends to and the store's members read (a run's progress.json
+    and metrics.jsonl): the writer's read and write bits, and its folder's read bits, whatever the
+    writer's umask, so a member of a team store sees a running job's step, total and ETA."""
+    return (folder_mode & 0o444) | 0o600
 
 
 def write_record(path: Path, obj: Any, *, exclusive: bool = True, root: Path | None = None) -> bool:

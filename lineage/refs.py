@@ -199,8 +199,11 @@ def read(path: Path) -> dict:
     return r
 
 
-def resolve(root: Path, alias: str) -> str:
-    """`name:vN` (one file read) or `name:latest` (a few probes from the hint) -> artifact ID."""
+def resolve(root: Path, alias: str, passed_over=None) -> str:
+    """`name:vN` (one file read) or `name:latest` (a few probes from the hint) -> artifact ID.
+
+    `passed_over(entry) -> bool`: versions `:latest` steps back over, newest first (the store's: those
+    a reproduction added); when every version is, the newest."""
     m = ALIAS.match(alias)
     if not m:
         raise LineageError(f"bad alias {show_path(alias)!r}: use NAME:vN or NAME:latest, e.g. tiny/data/sft:latest")
@@ -212,5 +215,11 @@ def resolve(root: Path, alias: str) -> str:
             raise NotFound(f"no artifact is named {name!r} in {show_path(root.parent)} (see `jobs artifacts`)")
         if tag != "latest":
             raise NotFound(f"{name} has no version v{int(tag[1:])}; latest is v{last}")
-        return read(version_path(folder, last))["artifact"]
+        newest = entry = read(version_path(folder, last))
+        while passed_over is not None and passed_over(entry) and entry["version"] > 1:
+            try:
+                entry = read(version_path(folder, entry["version"] - 1))
+            except (LineageError, OSError):   # a version moved aside: the newest stands
+                return newest["artifact"]
+        return newest["artifact"] if passed_over is not None and passed_over(entry) else entry["artifact"]
     return read(version_path(folder, int(tag[1:])))["artifact"]

@@ -334,8 +334,10 @@ class Store:
 
     # ---- artifacts -----------------------------------------------------------------------
     def register(self, path: Path, *, kind: str, name: str | None = None, run: str | None = None,
-                 metadata: dict | None = None) -> str:
-        """Make `path` an immutable artifact in place and return its ID.
+                 metadata: dict | None = None, version: bool = True) -> str:
+        """Make `path` an immutable artifact in place and return its ID, and a new version of `name`
+        (`version=False`: the record says the name, but no version is added and `:latest` stays: a
+        reproduction, which checks a run and moves no name).
 
         Every entry is lstat-ed first and anything but plain files and folders is refused before a
         single mode changes. Then the files are made read-only, hashed, and only then is the record
@@ -385,7 +387,7 @@ class Store:
                 self.verify(art_id)
             except Corrupt as e:
                 self._relocate(art_id, path, run, reason=str(e))
-        if name:
+        if name and version:
             refs.add(self.refs, name, art_id, run)
         return art_id
 
@@ -476,8 +478,18 @@ class Store:
                 raise Ambiguous(f"artifact prefix {text} matches {len(hits)} artifacts; give more digits")
             return hits[0]
         if ":" in text:
-            return refs.resolve(self.refs, text)
+            return refs.resolve(self.refs, text, passed_over=self._by_reproduction)
         raise LineageError(f"{show_path(text)!r} is neither an artifact ID (art_…) nor an alias (name:latest, name:vN)")
+
+    def _by_reproduction(self, entry: dict) -> bool:
+        """Whether a run that reproduces another added this ref version: a reproduction checks a run
+        and moves no name (runtime/entry.py adds it no version; earlier code of the project did)."""
+        if not entry.get("run"):
+            return False
+        try:
+            return bool(self.run_spec(entry["run"]).reproduces)
+        except (LineageError, OSError, ValueError, KeyError, TypeError):
+            return False
 
     def resolve_verified(self, text: str) -> str:
         """`resolve_artifact`, then `verify`: an alias never silently gives an artifact whose files changed."""

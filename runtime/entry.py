@@ -245,9 +245,9 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         missing = set(spec.outputs) - set(produced or {})
         if missing:
             raise JobFailed(f"stage {spec.stage} did not return outputs {sorted(missing)}")
-        outputs = {
+        outputs = {   # a reproduction moves no name: bit for bit, its outputs are the versions it checked
             name: store.register(Path(produced[name]), kind=kind, run=run_id,
-                                 name=f"{spec.recipe}/{spec.stage}/{name}")
+                                 name=f"{spec.recipe}/{spec.stage}/{name}", version=not spec.reproduces)
             for name, kind in spec.outputs.items()
         }
     except Requeue:

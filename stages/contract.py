@@ -7,7 +7,6 @@ runtime (runtime/) calls `run(ctx)` inside the allocation; neither is imported f
 """
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Protocol, runtime_checkable
 
 from lineage.layout import RunDir
+from lineage.records import member_mode, strict_json
 
 
 @runtime_checkable
@@ -23,7 +23,9 @@ class StageModule(Protocol):
     """A stage is a module with `run`. The recipes' stages also have `check_config(config,
     resources=None) -> [problems]` (each one line; run at submit, before anything is recorded, so
     a bad value never waits in a queue; tests/recipes/test_stage_contract.py holds every stage to
-    it) and may have `preview(config, resources) -> str`, what `--dry-run` shows it will launch.
+    it) and may have `preview(config, resources) -> str`, what `--dry-run` shows it will launch, and
+    `notes(config) -> [lines]`, what submit says of a value the stage will run otherwise than written
+    (a warmup longer than a short run, shortened).
     A stage whose recipe gives it a Ray cluster (`ray: true`) may have `uses_ray(config) -> bool`:
     False when this config runs without one, so the job starts none (absent: it always does).
     A stage may have `unused_inputs(config) -> roles`: the recipe's input roles this config never
@@ -162,8 +164,11 @@ class StageContext:
         if not self.dist.is_main:
             return
         self._metrics.update(metrics)
-        with open(RunDir(self.run_dir).metrics, "a") as f:
-            f.write(json.dumps({"step": step, "time": time.time(), **metrics}, sort_keys=True) + "\n")
+        fd = os.open(RunDir(self.run_dir).metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as f:
+            if os.fstat(fd).st_uid == os.geteuid():   # readable as the store's members may, whatever the umask
+                os.fchmod(fd, member_mode(stat.S_IMODE(os.stat(self.run_dir).st_mode)))
+            f.write(strict_json({"step": step, "time": time.time(), **metrics}, sort_keys=True) + "\n")
         for tracker in self._trackers:
             tracker.log(metrics, step)
 

@@ -30,6 +30,7 @@ import random
 from math import comb
 from pathlib import Path
 
+from lineage.records import strict_json
 from stages.schema import Bool, Float, Int, List, Map, Str, check
 from stages.contract import StageError
 
@@ -199,7 +200,7 @@ def run(ctx) -> dict[str, Path]:
 
     # Output.
     out = ctx.output_dir("report")
-    (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    (out / "results.json").write_text(strict_json(results, indent=2, sort_keys=True) + "\n")
     (out / "samples.jsonl").write_text("".join(json.dumps(s, sort_keys=True) + "\n" for s in samples))
     return {"report": out}
 

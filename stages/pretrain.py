@@ -51,6 +51,10 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
                               + lm.device_problems(config, resources))
 
 
+def notes(config: dict) -> list[str]:
+    """What submit says of the torch schedule: a warmup not below a short run's steps is shortened."""
+    return Schedule.notes(config["pretrain"], "pretrain") if config.get("pretrain", {}).get("backend", "torch") == "torch" else []
+
 def preview(config: dict, resources: dict) -> str | None:
     from stages.backends.megatron import launch
 

@@ -270,7 +270,7 @@ def run(ctx) -> dict[str, Path]:
                 actors.refit()
                 stats.update(refit_s=time.perf_counter() - t_refit, step_time_s=time.perf_counter() - t0)
                 ctx.log({f"rl/{k}": v for k, v in stats.items()}, step=step + 1)
-                progress.update(step + 1, stats.get("loss", float("nan")), stats.get("lr", float("nan")),
+                progress.update(step + 1, stats.get("loss", float("nan")), stats.get("lr_now", float("nan")),
                                 stats.get("generated_tokens", 0),
                                 extra={"reward": stats.get("reward_mean"), "reward_accuracy": stats.get("reward_accuracy")})
                 if (step + 1) % grpo["val_period"] == 0 or step + 1 == steps:

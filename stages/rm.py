@@ -36,9 +36,9 @@ each accuracy per kind.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from lineage.records import strict_json
 from stages.ml import batches, formats, lm, tracking
 from stages.ml.loop import Schedule, train
 from stages.ml.losses import bradley_terry_loss
@@ -244,6 +244,10 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     return Schedule.problems(cfg, "rm") if cfg["steps"] else []
 
 
+def notes(config: dict) -> list[str]:
+    """What submit says of the torch schedule: a warmup not below a short run's steps is shortened."""
+    return Schedule.notes(config["rm"], "rm") if config.get("rm", {}).get("backend", "torch") == "torch" and config["rm"].get("steps") else []
+
 def preview(config: dict, resources: dict) -> str | None:
     """For `jobs submit --dry-run`: the NeMo RL reward-model config and command a nemo_rl job runs."""
     if config["rm"].get("backend") != "nemo_rl":
@@ -308,7 +312,7 @@ def run(ctx) -> dict[str, Path]:
     # Output (rank 0): the LM folder + the head; the held-out margins pair by pair next to the metrics.
     if not ctx.dist.is_main:
         return {}
-    (ctx.run_dir / "held_out.jsonl").write_text("".join(json.dumps(
+    (ctx.run_dir / "held_out.jsonl").write_text("".join(strict_json(
         {**p, **{k.removesuffix("_accuracy"): round(v[i].item(), 4) for k, v in margins.items()}}, sort_keys=True) + "\n"
         for i, p in enumerate(test_pairs)))
     out = lm.save_model(model.lm, tokenizer, ctx.output_dir("reward_model"))

@@ -33,7 +33,7 @@ class LocalExecutor:
     def dry_run(self, store_root, plan) -> str:
         from jobs.show import format_plan
 
-        return format_plan(plan)
+        return format_plan(plan, Store(store_root))
 
     def launch(self, store: Store, run_ids: list[str], prepared: list[Prepared] | None = None,
                echo: Callable[[str], None] = print) -> bool:

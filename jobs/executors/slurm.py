@@ -219,8 +219,10 @@ def render(params: dict, folder: Path, python: str, dependency: str | None = Non
         raise ExecutorError(f"bad Slurm parameter: {e}") from None
 
 
-def test_only(script: str) -> None:
-    """Ask the real slurmctld whether it would accept this job (`sbatch --test-only`), submitting nothing."""
+def test_only(script: str, asked: str = "the job") -> None:
+    """Ask the real slurmctld whether it would accept this job (`sbatch --test-only`), submitting nothing;
+    a refusal names what was `asked` for (the stage, the profile, its partition...), which Slurm's own
+    message ("Invalid partition name specified") does not."""
     with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as f:
         f.write(script)
     try:
@@ -232,7 +234,14 @@ def test_only(script: str) -> None:
     if p.returncode != 0:
         lines = [line for line in (p.stderr or p.stdout).splitlines() if line.strip()]
         msg = lines[-1] if lines else f"exit {p.returncode}"
-        raise ExecutorError(f"Slurm refused the job: {msg.removeprefix('sbatch: error: ')}")
+        raise ExecutorError(f"Slurm refused {asked}: {msg.removeprefix('sbatch: error: ')}")
+
+
+def _asked(stage: dict, profile: profiles.Profile, params: dict) -> str:
+    """'tiny/sft under profile gpu (partition nope, account ml)': what a refused job asked for."""
+    where = [f"{k} {params[k]}" for k in ("partition", "account", "qos", "constraint") if params.get(k)]
+    return (f"{stage['recipe']}/{stage['stage']} under profile {profile.name or '(none)'} "
+            f"({', '.join(where) or 'the default partition'})")
 
 
 @dataclass(frozen=True)
@@ -346,7 +355,7 @@ class SlurmExecutor:
                     record.update(container_runtime=profile.container_runtime,
                                   runtime_bundle={"digest": self.bundle.digest, "packages": self.bundle.packages})
                 params, python = job(stage, profile, store_root, image, where)
-                test_only(render(params, Path(tmp), python))  # checks #SBATCH lines only
+                test_only(render(params, Path(tmp), python), _asked(stage, profile, params))  # #SBATCH lines only
                 if where is not None and where.squashfs is not None:
                     key = (where.squashfs, tuple(needs(stage)))
                     if key not in probed:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import math
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -61,20 +62,42 @@ class Schedule:
         for k in ("steps", "checkpoint_every", "log_every"):
             if k in values and values[k] < 1:
                 problems.append(f"{name}{k} must be >= 1 (got {values[k]})")
-        if "warmup" in values and not 0 <= values["warmup"] < values.get("steps", 1 << 30):
-            problems.append(f"{name}warmup must be in [0, steps) (got {values['warmup']}, steps "
-                            f"{values.get('steps')}): lower {name}warmup or raise {name}steps")
+        if "warmup" in values and values["warmup"] < 0:
+            problems.append(f"{name}warmup must be >= 0 (got {values['warmup']})")
         if "min_lr_ratio" in values and not 0 <= values["min_lr_ratio"] <= 1:
             problems.append(f"{name}min_lr_ratio must be in [0, 1] (got {values['min_lr_ratio']})")
         return problems
 
+    @staticmethod
+    def warmup_for(steps: int, warmup: int) -> int:
+        """The warmup a stage's section runs: `warmup` as configured when it ends before the last step
+        (every full-length recipe run, unchanged), else a tenth of the steps, so that a short run of
+        the same recipe (`sft.steps=20` under a warmup of 100) trains with its decay instead of being
+        refused. (rl builds its Schedule itself and keeps its warmup as given: a short rl run was
+        always accepted, and a recorded one must reproduce.)"""
+        return warmup if warmup < steps else steps // 10
+
+    @classmethod
+    def notes(cls, cfg: dict, where: str) -> list[str]:
+        """The one line submit prints when `warmup_for` changes the configured warmup."""
+        steps, warmup = cfg.get("steps"), cfg.get("warmup")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup)) or not 0 < steps <= warmup:
+            return []
+        return [f"{where}.warmup {warmup} is not below {where}.steps {steps}: this run warms up over "
+                f"{cls.warmup_for(steps, warmup)} step(s), a tenth of its steps (set {where}.warmup below {steps} "
+                "to choose)"]
+
     @classmethod
     def from_config(cls, cfg: dict) -> "Schedule":
-        """The loop's knobs from a stage section; every problem reported at once."""
+        """The loop's knobs from a stage section, the warmup as `warmup_for` runs it; every problem
+        reported at once."""
         problems = cls.problems(cfg)
         if problems:
             raise StageError("training schedule: " + "; ".join(problems))
-        return cls(**{k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg})
+        knobs = {k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg}
+        if "warmup" in knobs:
+            knobs["warmup"] = cls.warmup_for(knobs["steps"], knobs["warmup"])
+        return cls(**knobs)
 
     def factor(self, step: int) -> float:
         """Linear warmup to 1, then cosine down to min_lr_ratio (a multiplier of `lr`)."""
@@ -267,6 +290,7 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
     hook = model.register_forward_pre_hook(count_tokens, with_kwargs=True)
     model.train()
     stopped = False
+    run_tokens, t_run = 0.0, time.monotonic()   # the whole loop's throughput, logged at its end
     for step in range(start, schedule.steps):
         if stop_requested():
             save(step)
@@ -289,15 +313,20 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
                 values /= ctx.dist.world_size
             lr = scheduler.get_last_lr()[0]
             speed = {}
-            if progress is not None:  # tokens: the mean share times the ranks is the global batch's
+            run_tokens += values[1].item() * ctx.dist.world_size   # the mean share times the ranks: the global batch's
+            if progress is not None:
                 speed = progress.update(step + 1, values[0].item(), lr, values[1].item() * ctx.dist.world_size,
                                         extra={k: v.item() for k, v in zip(keys, values[2:])})
-            ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr": lr, f"{name}/grad_norm": grad_norm.item(),
-                     **({f"{name}/tokens_per_s": speed["tokens_per_s"]} if speed and speed["tokens_per_s"] else {}),
+            # lr_now: the schedule's rate at this step, not the config's peak `lr` that compare shows
+            # beside it; interval_tokens_per_s: this log interval's speed, not the run's.
+            ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr_now": lr, f"{name}/grad_norm": grad_norm.item(),
+                     **({f"{name}/interval_tokens_per_s": speed["tokens_per_s"]} if speed and speed["tokens_per_s"] else {}),
                      **{f"{name}/{k}": v.item() for k, v in zip(keys, values[2:])}}, step=step + 1)
         if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
             save(step + 1, keep=True)
     hook.remove()
+    if run_tokens and not stopped:   # tokens over the loop's wall time (this attempt's, when resumed)
+        ctx.log({f"{name}/run_tokens_per_s": run_tokens / max(time.monotonic() - t_run, 1e-9)}, step=schedule.steps)
     del ddp  # its reducer holds the process group: free it now, while every rank is still here
     if created_group:
         leave_distributed(ctx.dist)

@@ -186,7 +186,7 @@ class PolicyTrainer:
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
-        return {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr}
+        return {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr_now": lr}   # the schedule's, this step
 
     # ---- weights and checkpoints -----------------------------------------------------------------
 

@@ -54,7 +54,7 @@ class Progress:
         """Print the line, replace progress.json; returns {"tokens_per_s", "eta_s"}. `tokens` is
         what the whole global batch processed since the last update (0: a stage that counts none,
         whose line then shows no speed); `extra`: the stage's own fields (rl: reward; rm: accuracy)."""
-        from lineage.records import atomic_write
+        from lineage.records import atomic_write, member_mode, strict_json
 
         now = time.monotonic()
         tokens_per_s = tokens / max(now - self.t_last, 1e-9)
@@ -67,10 +67,10 @@ class Progress:
         print(f"[{self.name}] step {step}/{self.total} ({100 * step // self.total}%)  loss {loss:.4f}{fields}  "
               f"lr {lr:.2e}{speed}  ETA {'?' if eta_s is None else duration(eta_s)}",
               flush=True)
-        atomic_write(RunDir(self.ctx.run_dir).progress, json.dumps({
+        atomic_write(RunDir(self.ctx.run_dir).progress, strict_json({
             "stage": self.name, "attempt": self.ctx.attempt, "step": step, "total": self.total,
             "loss": loss, "lr": lr, "tokens_per_s": tokens_per_s if tokens else None, "eta_s": eta_s,
-            "extra": extra, "time": time.time()}, sort_keys=True).encode())
+            "extra": extra, "time": time.time()}, sort_keys=True).encode(), mode=member_mode)
         return {"tokens_per_s": tokens_per_s, "eta_s": eta_s}
 
 

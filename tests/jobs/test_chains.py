@@ -103,7 +103,7 @@ def test_metrics_in_json(chain):
     doc = json.loads(ok(root, "show", chain["eval_a"], "--json").out)
     assert doc["metrics"] == {"eval/exact_match": 0.75, "eval/pass@1": 0.6875} == store.run(chain["eval_a"]).metrics
     assert doc["duration_s"] > 0 and doc["ended"] >= doc["attempts"][-1]["start"]
-    rows = [json.loads(line) for line in ok(root, "list", "--json").out.splitlines()]
+    rows = json.loads(ok(root, "list", "--json").out)
     trains = {r["id"]: r for r in rows if r["stage"] == "train"}
     losses = sorted(round(r["metrics"]["train/loss"], 4) for r in trains.values())
     assert len(losses) == 2 and losses[0] < losses[1]     # 30 steps end lower than 20 on the made-up curve
@@ -123,7 +123,7 @@ def test_list_shows_duration_and_a_chosen_metric(chain):
 
 def test_diff_shows_metric_deltas_and_exits_1_when_runs_differ(chain):
     root = chain["root"]
-    a, b = (r["id"] for r in map(json.loads, ok(root, "list", "--stage", "train", "--json").out.splitlines()))
+    a, b = (r["id"] for r in json.loads(ok(root, "list", "--stage", "train", "--json").out))
     r = jobs(root, "diff", b, a)
     assert r.code == 1, r.err
     store = Store(root)
@@ -182,3 +182,50 @@ def test_speeds_and_times_are_shown_but_do_not_make_runs_differ():
     assert same_work[0][0] == "metric  sft/tokens_per_s: 900 -> 1200 (+300)  (timing: not counted)"
     moved = deltas({"sft/loss": 0.5}, {"sft/loss": 0.25, "eval/exact_match": 0.75})
     assert moved == [("metric  eval/exact_match: <none> -> 0.75", True), ("metric  sft/loss: 0.5 -> 0.25 (-0.25)", True)]
+
+
+def _strict(text: str):
+    """`json.loads` that refuses NaN and Infinity, as jq and every other language's parser do."""
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_json_output_is_one_strict_document_and_jsonl_a_line_per_row(chain):
+    root = chain["root"]
+    store = Store(root)
+    run, art = chain["eval_a"], store.run(chain["eval_a"]).outputs["report"]
+    one = {("list",): list, ("list", "--stage", "train"): list, ("artifacts",): list, ("status",): list,
+           ("status", "--all"): list, ("status", run): list, ("show", run): dict, ("show", art): dict,
+           ("compare", "evalchain"): dict, ("compare", chain["eval_default"], chain["eval_b"]): dict,
+           ("lineage", run): dict, ("lineage", art): dict}
+    for args, shape in one.items():
+        doc = _strict(ok(root, *args, "--json").out)   # the whole output: one document
+        assert isinstance(doc, shape) and (bool(doc) or args == ("status",)), args   # status: [] (nothing runs)
+    assert _strict(ok(root, "lineage", run, "--format", "json").out) == _strict(ok(root, "lineage", run, "--json").out)
+    assert set(_strict(ok(root, "lineage", run, "--json").out)["outputs"]) == {"report"}
+    for args in (("list",), ("artifacts",), ("status", "--all")):
+        lines = ok(root, *args, "--jsonl").out.splitlines()
+        assert [_strict(x) for x in lines] == _strict(ok(root, *args, "--json").out) and len(lines) > 1, args
+    assert ok(root, "status", "--jsonl").out == ""     # nothing running: no line at all
+    assert ok(root, "status").out.startswith("no runs queued or running in ")
+    limit = jobs(root, "compare", "evalchain", "--limit", "-5")
+    assert limit.code == 2 and limit.err == "jobs: error: --limit must be at least 1 (got -5)\n"
+
+
+def test_a_metric_that_overflowed_is_stored_and_printed_as_null(tmp_path):
+    root = tmp_path / "store"
+    ok(root, "submit", "evalchain", "--stage", "count,train", "train.steps=3", "+train.diverge=true")
+    store = Store(root)
+    run = store.index().runs(stage="train")[0]["id"]
+    for path in [*root.joinpath("records").rglob("*.json"), store.run_dir(run) / "metrics.jsonl"]:
+        for line in path.read_text().splitlines():
+            _strict(line)
+    assert store.run(run).metrics["train/loss"] is None and store.run(run).metrics["train/reward"] is None
+    shown = _strict(ok(root, "show", run, "--json").out)
+    assert shown["metrics"]["train/loss"] is None and isinstance(shown["metrics"]["train/lr"], float)
+    listed = {r["id"]: r for r in _strict(ok(root, "list", "--json").out)}
+    assert listed[run]["metrics"]["train/reward"] is None
+    other = store.index().runs(stage="count")[0]["id"]
+    compared = _strict(ok(root, "compare", run, other, "--json").out)
+    assert compared["evalchain/train"]["runs"][0]["metrics"]["train/loss"] is None

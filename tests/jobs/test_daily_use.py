@@ -15,8 +15,8 @@ BAD = [
     (["submit", "tiny", "--stage", "data", "~data.n_sftt"], "unknown config key data.n_sftt (did you mean data.n_sft?)"),
     (["submit", "tiny", "--stage", "data", "data.n_sft.x=3"], "data.n_sft is a value, not a section"),
     # rules the stages applied only inside the job, now at submit
-    (["submit", "tiny", "--stage", "data,pretrain", "pretrain.steps=30"],
-     "tiny/pretrain: pretrain.warmup must be in [0, steps) (got 40, steps 30)"),
+    (["submit", "tiny", "--stage", "data,pretrain", "pretrain.warmup=-1"],
+     "tiny/pretrain: pretrain.warmup must be >= 0 (got -1)"),
     (["submit", "tiny", "--stage", "data,pretrain,sft", "sft.min_lr_ratio=2"], "sft.min_lr_ratio must be in [0, 1]"),
     (["submit", "tiny", "--stage", "data,pretrain,sft,rm", "rm.log_every=0"], "rm.log_every must be >= 1"),
     (["submit", "tiny", "--stage", "data", "tracking.wandb=onlin"], "tracking.wandb must be one of offline, online, disabled"),
@@ -52,9 +52,59 @@ def test_refused_in_one_line_exit_2_nothing_written(store_copy, args, message):
 
 
 def test_config_rule_refused_before_the_store_exists(tmp_path):
-    r = run_jobs(tmp_path / "fresh", "submit", "tiny", "--stage", "data,pretrain", "pretrain.steps=30")
-    assert r.code == 2 and "pretrain.warmup must be in [0, steps)" in r.err
+    r = run_jobs(tmp_path / "fresh", "submit", "tiny", "--stage", "data,pretrain", "pretrain.warmup=-1")
+    assert r.code == 2 and "pretrain.warmup must be >= 0" in r.err
     assert not (tmp_path / "fresh").exists()
+
+
+SHORT = [("data,pretrain", "pretrain.steps=30", "pretrain.warmup 40 is not below pretrain.steps 30: this run warms up over 3"),
+         ("data,pretrain,sft", "sft.steps=20", "sft.warmup 100 is not below sft.steps 20: this run warms up over 2"),
+         ("data,pretrain,sft,rm", "rm.steps=10", "rm.warmup 30 is not below rm.steps 10: this run warms up over 1"),
+         ("data,pretrain,sft,rm,rl", "rl.grpo.max_num_steps=3", None)]
+
+
+@pytest.mark.parametrize("stages,short,note", SHORT, ids=[s for _, s, _ in SHORT])
+def test_a_short_run_of_each_stage_is_accepted_with_its_warmup_said(store_copy, stages, short, note):
+    """A recipe's warmup suits its full length; a short run shortens it and says so in one line."""
+    before = tree_digest(store_copy)
+    r = run_jobs(store_copy, "submit", "tiny", "--stage", stages, short, "--dry-run")
+    assert r.code == 0, r.err
+    notes = [line for line in r.err.splitlines() if "warmup" in line]
+    if note is None:   # rl keeps its warmup as given: a short rl run was always accepted
+        assert notes == [], r.err
+    else:
+        (line,) = notes
+        assert line.startswith(f"jobs: note: tiny/{short.split('.')[0]}: {note} step(s)"), r.err
+    assert tree_digest(store_copy) == before
+
+
+def test_full_length_runs_keep_the_recipes_warmup_exactly():
+    """The recipe's own lengths run the warmup they always ran: their artifacts stay byte-identical."""
+    from jobs import recipes
+    from stages.ml.loop import Schedule
+
+    recipe = recipes.load("tiny")
+    for stage in ("pretrain", "sft", "rm"):
+        cfg = recipes.compose(recipe, stage, [])[stage]
+        schedule = Schedule.from_config(cfg)
+        assert 0 < schedule.warmup == cfg["warmup"] < schedule.steps == cfg["steps"], stage
+        assert Schedule.notes(cfg, stage) == []
+    short = Schedule.from_config({**cfg, "steps": 20})
+    assert short.warmup == 2 and short.factor(0) == 0.5 and short.factor(1) == 1.0 > short.factor(10)
+
+
+def test_show_and_dry_run_name_each_input_and_output(store_copy):
+    """An art_… ID alone says nothing to a reader: each is followed by the version it was made as."""
+    s = Store(store_copy)
+    (run,) = [r["id"] for r in s.index().runs()]
+    shown = run_jobs(store_copy, "show", run)
+    assert shown.code == 0, shown.err
+    sft = s.run(run).outputs["sft"]
+    assert f"output    sft        {sft}  (tiny/data/sft:v1)" in shown.out.splitlines(), shown.out
+    dry = run_jobs(store_copy, "submit", "tiny", "--stage", "pretrain", "--dry-run")
+    assert dry.code == 0, dry.err
+    corpus = s.run(run).outputs["corpus"]
+    assert f"input  corpus     {corpus}  (tiny/data/corpus:v1)" in dry.out.splitlines(), dry.out
 
 
 def test_stage_named_key_goes_to_its_stage_only(store_copy):
@@ -83,7 +133,8 @@ def test_version_lineage_of_a_run_and_a_profile_with_the_local_executor(store_co
     assert text.code == 0, text.err
     assert text.out.count("ancestry:") == len(outputs) == 6 and "tiny/data/sft:v1" in text.out
     as_json = run_jobs(store_copy, "lineage", run, "--json")
-    assert sorted(__import__("json").loads(x)["artifact"] for x in as_json.out.splitlines()) == sorted(outputs.values())
+    doc = __import__("json").loads(as_json.out)                      # one document: each output's graph by name
+    assert doc["run"] == run and {k: g["artifact"] for k, g in doc["outputs"].items()} == outputs
     dot = run_jobs(store_copy, "lineage", run, "--format", "dot")      # one picture per artifact: say which
     assert dot.code == 2 and f"sft={outputs['sft'][:16]}" in dot.err and len(dot.err.splitlines()) == 1
 

@@ -64,7 +64,7 @@ def test_a_running_local_stage_shows_progress_in_status_logs_and_a_terminal_bar(
         rows = [json.loads(x) for x in (Store(store).run_dir(run) / "metrics.jsonl").read_text().splitlines()]
         logged = {r["step"]: r["pretrain/loss"] for r in rows if "pretrain/loss" in r}
         assert f"{logged[int(step)]:.4f}" == loss
-        assert all(r["pretrain/tokens_per_s"] > 0 for r in rows if "pretrain/loss" in r)
+        assert all(r["pretrain/interval_tokens_per_s"] > 0 for r in rows if "pretrain/loss" in r)
         # The job's log carries the same progress lines (stdout, flushed as they happen).
         logs = run_jobs(store, "logs", run)
         assert logs.code == 0, logs.err

@@ -68,6 +68,33 @@ def test_reproduce_from_another_directory_after_the_code_moved_on(tmp_path, env)
     assert s.run(new).spec["code"]["root"] == s.artifact(s.run(run).spec["code"]["snapshot"])["path"]
 
 
+def test_reproduce_leaves_latest_where_it_was(tmp_path, env):
+    """A reproduction checks a run and moves no name: its outputs get no new version, and a version
+    that a reproduction by earlier code added is passed over by `:latest`."""
+    from lineage import refs
+
+    store = tmp_path / "s"
+    for steps in (7, 8):   # v1, then v2: the newest, the default input of every later stage
+        assert run_jobs(store, "submit", "testchain", "--stage", "count", f"count.steps={steps}", env=env).code == 0
+    s = Store(store)
+    first = s.index().runs(stage="count")[-1]["id"]
+    old, new = s.run(first).outputs["result"], s.resolve_artifact("testchain/count/result:latest")
+    assert old != new and refs.versions(s.refs, "testchain/count/result") == [1, 2]
+    r = run_jobs(store, "reproduce", first, env=env)
+    assert r.code == 0 and "reproduced bit for bit" in r.out, r.out + r.err
+    assert refs.versions(s.refs, "testchain/count/result") == [1, 2]
+    shown = json.loads(run_jobs(store, "show", "testchain/count/result:latest", "--json").out)
+    assert shown["id"] == new
+    # What earlier code did: the reproduction added v3 = v1's artifact. `:latest` steps back over it.
+    (again,) = [x for x in runs(store) if Store(store).run(x).spec.reproduces == first]
+    assert refs.add(s.refs, "testchain/count/result", old, again) == 3
+    assert s.resolve_artifact("testchain/count/result:latest") == new
+    assert s.resolve_artifact("testchain/count/result:v3") == old
+    from lineage.gc import kept
+
+    assert kept(s)[new] == "testchain/count/result:latest"     # gc keeps what :latest resolves to
+
+
 def test_reproduce_refuses_environment_drift_unless_allowed(tmp_path, env):
     store = tmp_path / "s"
     assert run_jobs(store, "submit", "testchain", "--stage", "count", env=env).code == 0

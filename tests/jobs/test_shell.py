@@ -161,3 +161,31 @@ def test_the_integration_sources_in_a_posix_mode_bash():
                        capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr == "" and r.stdout.split("\n")[:2] == ["sourced", "function"], r.stdout + r.stderr
     assert "-F _python_argcomplete__opt_venv_bin_jobs jobs" in r.stdout, r.stdout
+
+
+def test_completion_follows_the_recipes_graph_typed_in_bash(data_store, tmp_path):
+    """On a store where tiny's data stage ran: `--input` offers the selected stage's roles, a role's
+    value only names of its kind, `list --stage` the stages, and a RUN the store's run IDs."""
+    (run,) = [r["id"] for r in Store(data_store).index().runs()]
+    (tmp_path / "home").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BASH_FUNC_", "VIRTUAL_ENV", "COMP"))}
+    env.update(HOME=str(tmp_path / "home"), JOBS_HOME=str(data_store), TERM="dumb", PS1="$ ",
+               PATH="/usr/local/bin:/usr/bin:/bin")
+    term = Terminal(env, tmp_path)
+    try:
+        term.command("bind 'set bell-style none'; bind 'set completion-query-items 1000'")
+        term.command(f'eval "$("{ROOT}/.venv/bin/python" -m jobs.shell)"')
+        line = "jobs submit tiny --stage sft --input "
+        term.type(line + "\t\t")                                  # several: readline lists them,
+        term.wait_for(re.escape(line))                            # below the line typed, then the line again
+        shown = term.wait_for(r"(?s)(.*)\$ " + re.escape(line)).group(1)
+        assert set(shown.split()) >= {"data=", "model="} and "corpus=" not in shown and "prompts=" not in shown, shown
+        term.type("data=\t")                                      # one name of sft-data's kind: inserted
+        term.wait_for(r"data=tiny/data/sft:latest ")
+        term.type("\x15jobs list --stage pretr\t")
+        term.wait_for(r"pretrain ")
+        term.type("\x15jobs status \t")
+        term.wait_for(re.escape(run) + " ")
+        term.type("\x15")
+    finally:
+        term.close()

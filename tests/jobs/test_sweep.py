@@ -43,6 +43,8 @@ def swept(tmp_path_factory) -> tuple[Path, dict, str]:
                  "--max-parallel", "2", env=env)
     assert r.code == 0, r.err
     sweep = r.out.split("sweep ", 1)[1].split(":")[0]
+    said = [line.split("  ", 1)[1] for line in r.out.splitlines() if "  point " in line]   # each run's values
+    assert said == ["point 0: count.steps=3", "point 1: count.steps=1", "point 2: count.steps=2"], r.out
     return store, env, sweep
 
 
@@ -78,14 +80,28 @@ def test_compare_marks_the_best_point_and_a_later_stage_takes_its_output(swept):
     shown = run_jobs(store, "show", best.id, env=env)
     assert f"sweep     {sweep} point 1 (count.steps=1)" in shown.out
     shown = run_jobs(store, "show", double.id, env=env)   # the input's line says which sweep and point made it
-    assert f"{best.outputs['result']}  (from sweep {sweep} point 1 (count.steps=1))" in shown.out
+    (line,) = [x for x in shown.out.splitlines() if x.startswith("input     numbers ")]
+    assert line.startswith(f"input     numbers    {best.outputs['result']}  (testchain/count/result:v")   # its name
+    assert line.endswith(f"  (from sweep {sweep} point 1 (count.steps=1))"), line
     bad = run_jobs(store, "submit", "testchain", "--stage", "double", "--input", f"numbers={sweep}:best[nope]", env=env)
     assert bad.code == 2 and "no point recorded metric 'nope'" in bad.err
     status = run_jobs(store, "status", sweep, env=env)
     assert status.code == 0 and "3 points: 3 SUCCEEDED" in status.out
+    points = json.loads(run_jobs(store, "status", sweep, "--json", env=env).out)   # one document, as everywhere
+    assert [p["point"] for p in points] == [0, 1, 2] and {p["state"] for p in points} == {"SUCCEEDED"}
+    grid = json.loads(run_jobs(store, "compare", sweep, "--json", env=env).out)
+    assert [p["best"] for p in grid] == [False, True, False]
     report = run_jobs(store, "report", sweep, "-o", str(store.parent / "sweep.html"), env=env)
     assert report.code == 0, report.err
     assert "<svg" in (store.parent / "sweep.html").read_text()
+
+
+def test_a_rate_is_plotted_on_a_log_axis():
+    from jobs.sweep import log_axis
+
+    assert log_axis("sft.lr", [1e-3, 3e-3]) and log_axis("rl.dpo.lr", [1e-4, 3e-4, 1e-3])
+    assert log_axis("data.n_sft", [10, 1000]) and not log_axis("data.n_sft", [100, 200, 300])
+    assert not log_axis("sft.lr", [0.0, 1e-3]) and not log_axis("sft.lr", [1e-3])
 
 
 def test_a_bad_value_in_one_point_refuses_the_sweep_and_leaves_the_store_untouched(swept):

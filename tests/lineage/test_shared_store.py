@@ -126,6 +126,25 @@ def test_a_second_member_of_the_group_reads_every_artifact_weights_included(team
     assert nobody.returncode != 0
 
 
+def test_a_second_member_reads_a_runs_progress_total_and_eta(team, monkeypatch):
+    """progress.json and metrics.jsonl, rewritten while the job runs, take the run folder's read bits
+    (the store's group), whatever the job's umask: a member's `jobs status` shows step/total and ETA."""
+    root, cache, _ = team
+    monkeypatch.setenv("JOBS_CACHE_DIR", str(cache))
+    s = Store(root)
+    run = next(r["id"] for r in s.index().runs(stage="pretrain"))
+    folder = s.run_dir(run)
+    for name in ("progress.json", "metrics.jsonl"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o640, (name, oct((folder / name).stat().st_mode))
+    read = "import json, sys; p = json.load(open(sys.argv[1])); print(p['step'], p['total'], p['eta_s'])"
+    p = subprocess.run(["runuser", "-u", MATE, "--", python_for(MATE), "-c", read, str(folder / "progress.json")],
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    assert p.returncode == 0 and p.stdout.split() == ["20", "20", "0.0"], p.stdout + p.stderr
+    p = subprocess.run(["runuser", "-u", MATE, "--", "tail", "-n", "1", str(folder / "metrics.jsonl")],
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    assert p.returncode == 0 and json.loads(p.stdout)["step"] == 20, p.stdout + p.stderr
+
+
 def test_jobs_show_prints_the_modes_on_disk(team):
     root, cache, _ = team
     r = run_jobs(root, "show", "tiny/pretrain/model:latest", env={"JOBS_CACHE_DIR": str(cache)})

@@ -244,7 +244,7 @@ def test_a_cluster_without_pyxis_refuses_a_pyxis_submit_before_anything_is_recor
 
 
 BAD = [
-    (["--profile", "nopart"], "invalid partition"),
+    (["--profile", "nopart"], "refused tiny/data under profile nopart (partition nosuch): "),   # + slurm's words
     (["--profile", "toolong"], "time limit"),
     (["--profile", "nosuch"], "no profile 'nosuch'"),
     (["--profile", "pyxis"], "not pinned by digest"),
