@@ -176,6 +176,7 @@ def test_completion_follows_the_recipes_graph_typed_in_bash(data_store, tmp_path
         term.command("bind 'set bell-style none'; bind 'set completion-query-items 1000'")
         term.command(f'eval "$("{ROOT}/.venv/bin/python" -m jobs.shell)"')
         line = "jobs submit tiny --stage sft --input "
+        term.wait_for(r"\$ ")   # readline reads the keys only once the prompt is up (before: the tty echoes them raw)
         term.type(line + "\t\t")                                  # several: readline lists them,
         term.wait_for(re.escape(line))                            # below the line typed, then the line again
         shown = term.wait_for(r"(?s)(.*)\$ " + re.escape(line)).group(1)
