@@ -6,9 +6,10 @@ import hashlib
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     from lineage import Store
@@ -118,6 +119,29 @@ def ensure_mate() -> None:
         pwd.getpwnam(MATE)
     except KeyError:
         subprocess.run(["useradd", "-M", "-N", "-g", TEAM, "-s", "/bin/sh", MATE], check=True)
+
+
+@contextmanager
+def team_store() -> Iterator[tuple[Path, Path]]:
+    """(top, store): a store folder of the team's group (setgid, 2770) in a fresh folder under /tmp
+    that a second user may enter (pytest's own folders are 0700); removed afterwards, read-only
+    artifacts included. Makes the team's second member first (needs root)."""
+    import grp
+    import shutil
+    import tempfile
+
+    ensure_mate()
+    top = Path(tempfile.mkdtemp(prefix="jobs-team-", dir="/tmp"))
+    try:
+        os.chmod(top, 0o755)
+        store = top / "store"
+        store.mkdir()
+        os.chown(store, -1, grp.getgrnam(TEAM).gr_gid)
+        os.chmod(store, 0o2770)
+        yield top, store
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(top)])
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def run_jobs_as(user: str, store: Path, *args: str, home: Path, timeout: float = 120) -> Result:

@@ -258,19 +258,9 @@ def test_summary():
 # ---- a team store: members add, never remove another member's records --------------------------
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a second Unix user needs root (CI has it)")
 def test_a_team_member_adds_records_but_cannot_remove_another_members(tmp_path):
-    import grp
-    import tempfile
+    from helpers import MATE, run_jobs, team_store
 
-    from helpers import MATE, TEAM, ensure_mate, run_jobs
-
-    ensure_mate()
-    top = Path(tempfile.mkdtemp(prefix="jobs-team-", dir="/tmp"))   # pytest's folders are 0700
-    try:
-        os.chmod(top, 0o755)
-        root = top / "store"
-        root.mkdir()
-        os.chown(root, -1, grp.getgrnam(TEAM).gr_gid)
-        os.chmod(root, 0o2770)
+    with team_store() as (top, root):
         env = {**base_env(tmp_path), "HOME": str(tmp_path)}
         r = run_jobs(root, "submit", "testchain", "--stage", "count", "count.steps=2", "count.step_s=0", env=env)
         assert r.code == 0, r.err
@@ -300,9 +290,6 @@ def test_a_team_member_adds_records_but_cannot_remove_another_members(tmp_path):
         assert (ref / ".latest").stat().st_uid == os.getuid()      # still the owner's file
         shown = run_jobs(root, "show", "testchain/count/result:latest", env=env)
         assert shown.code == 0 and "v2" in shown.out, shown.out + shown.err
-    finally:
-        subprocess.run(["chmod", "-R", "u+w", str(top)])
-        shutil.rmtree(top, ignore_errors=True)
 
 
 # ---- jobs add and jobs show: odd paths and terminal control sequences ---------------------------

@@ -200,19 +200,9 @@ def test_cancel_a_running_slurm_run(tmp_path, env):
 def test_a_foreign_users_cancel_that_scancel_refuses_records_nothing(tmp_path, env):
     """Another member of a team store may write its records but not cancel the owner's Slurm job:
     scancel refuses, and the store keeps saying RUNNING (the owner's cancel then still works)."""
-    import grp
-    import tempfile
+    from helpers import MATE, run_jobs_as, team_store, tree_state
 
-    from helpers import MATE, TEAM, ensure_mate, run_jobs_as, tree_state
-
-    ensure_mate()
-    top = Path(tempfile.mkdtemp(prefix="jobs-team-", dir="/tmp"))   # pytest's folders are 0700
-    try:
-        os.chmod(top, 0o755)
-        store = top / "store"
-        store.mkdir()
-        os.chown(store, -1, grp.getgrnam(TEAM).gr_gid)
-        os.chmod(store, 0o2770)
+    with team_store() as (top, store):
         (run,) = submit(store, env, "testchain", "--stage", "count", "count.steps=200", "count.step_s=0.5")
         wait_for_progress(store, run, 1)
         (top / "mate").mkdir()
@@ -226,9 +216,6 @@ def test_a_foreign_users_cancel_that_scancel_refuses_records_nothing(tmp_path, e
         r = run_jobs(store, "cancel", run, env=env)          # the owner's cancel is not "already ended"
         assert r.code == 0 and "scancel" in r.out, r.err
         assert Store(store).run(run).state == "CANCELLED"
-    finally:
-        subprocess.run(["chmod", "-R", "u+w", str(top)])
-        subprocess.run(["rm", "-rf", str(top)])
 
 
 def test_a_cluster_without_pyxis_refuses_a_pyxis_submit_before_anything_is_recorded(tmp_path, env):
