@@ -1,0 +1,28 @@
+"""The CPU twin of the nemo-rl image's Python (.venv-nemo-rl, dev/twin_venv.sh): where it is, and running
+this project's code in it as a job in that image would (our runtime bundle on the path, nothing else of ours)."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".venv-nemo-rl"
+PY = VENV / "bin" / "python"
+NEMO_RL = VENV / "nemo-rl"          # NeMo RL 823fcc904's checkout, as /opt/nemo-rl in the image
+LOCK = NEMO_RL / "uv.lock"
+
+
+def require() -> None:
+    if not PY.exists():
+        pytest.skip(f"{PY} is missing: run dev/twin_venv.sh to run the twin tests", allow_module_level=True)
+
+
+def run(args: list[str], timeout: float = 300, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """`python ARGS` in the twin with only our code's root on the path (as the runtime bundle is in a job)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    full.update({"PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache")})
+    full.update(env or {})
+    return subprocess.run([str(PY), *args], capture_output=True, text=True, timeout=timeout, env=full, cwd=kw.pop("cwd", ROOT), **kw)
