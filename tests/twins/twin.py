@@ -26,3 +26,21 @@ def run(args: list[str], timeout: float = 300, env: dict | None = None, **kw) ->
     full.update({"PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache")})
     full.update(env or {})
     return subprocess.run([str(PY), *args], capture_output=True, text=True, timeout=timeout, env=full, cwd=kw.pop("cwd", ROOT), **kw)
+
+
+def mirror() -> Path:
+    """The pinned upstream archives (../shared/upstream unless JOBS_UPSTREAM_MIRROR names another folder)."""
+    return Path(os.environ.get("JOBS_UPSTREAM_MIRROR") or ROOT.parent / "shared" / "upstream")
+
+
+def source(archive: str, into: Path) -> Path:
+    """An upstream archive of the mirror unpacked into `into` (its top folder)."""
+    import tarfile
+
+    path = mirror() / archive
+    if not path.exists():
+        pytest.skip(f"{path} is missing: set JOBS_UPSTREAM_MIRROR to the folder of the pinned upstream archives")
+    with tarfile.open(path) as tar:
+        tar.extractall(into, filter="data")
+    (top,) = into.iterdir()
+    return top
