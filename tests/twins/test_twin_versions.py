@@ -1,5 +1,6 @@
 """The twin holds the nemo-rl image's versions: every library the job's path imports there is at the
-version of NeMo RL 823fcc904's uv.lock (the image's own lock), read from the lock, not restated."""
+version of NeMo RL 823fcc904's uv.lock (the image's own lock), read from the lock, not restated; the
+only exceptions are the stand-ins dev/twin_standins.txt lists (torch: a CPU build)."""
 from __future__ import annotations
 
 import re
@@ -10,6 +11,7 @@ from twin import LOCK, PY, ROOT, VENV, require
 
 require()
 TOOL = ROOT / "dev" / "twin_lock.py"
+sys.path.insert(0, str(TOOL.parent))
 
 
 def check(lock) -> subprocess.CompletedProcess:
@@ -31,3 +33,15 @@ def test_a_twin_library_at_another_version_than_the_lock_is_named(tmp_path):
     r = check(tmp_path / "uv.lock")
     assert r.returncode == 1
     assert r.stdout.strip() == "ray: the twin has 2.49.2, the image's lock 2.52.0"
+
+
+def test_the_only_libraries_at_another_version_are_the_listed_stand_ins():
+    from twin_lock import installed, versions
+
+    held = versions(LOCK.read_text())
+    rows = [line.split(maxsplit=2) for line in (ROOT / "dev/twin_standins.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    assert rows
+    have = installed(str(PY), [name for name, _, _ in rows])
+    for name, version, _why in rows:
+        assert have[name] == version and version not in held[name], (name, have[name], held.get(name))
