@@ -2,8 +2,8 @@
 drivers against that cluster, as rank 0 of an rl job runs it (stages/backends/nemo_rl.py: RAY_ADDRESS set,
 W&B offline, from NeMo RL's checkout).
 
-    python nemo_rl_driver.py RUN_DIR CONFIG SCRIPT           the head; starts the worker itself
-    python nemo_rl_driver.py RUN_DIR CONFIG SCRIPT PORT      the worker
+    python nemo_rl_driver.py RUN_DIR CONFIG:SCRIPT...     the head; starts the worker itself, then each driver
+    python nemo_rl_driver.py RUN_DIR PORT                 the worker
 """
 import os
 import subprocess
@@ -15,17 +15,20 @@ from stages.backends.nemo_rl import job_env
 from stages.contract import Distributed
 
 NODES = ["twin-a", "twin-b"]
-run_dir, config, script = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+run_dir = Path(sys.argv[1])
 checkout = Path(sys.executable).parent.parent / "nemo-rl"
-if len(sys.argv) > 4:
-    ray_cluster.serve_worker(Distributed(rank=1, world_size=2, master_addr="127.0.0.1", master_port=int(sys.argv[4]),
+if sys.argv[2].isdigit():
+    ray_cluster.serve_worker(Distributed(rank=1, world_size=2, master_addr="127.0.0.1", master_port=int(sys.argv[2]),
                                          nodes=NODES), run_dir)
     sys.exit(0)
 port = ray_cluster.free_ports(1)[0]
-worker = subprocess.Popen([sys.executable, __file__, *sys.argv[1:4], str(port)])
+worker = subprocess.Popen([sys.executable, __file__, str(run_dir), str(port)])
 with ray_cluster.head(Distributed(rank=0, world_size=2, master_addr="127.0.0.1", master_port=port, nodes=NODES),
                       run_dir) as address:
     env = {**os.environ, "RAY_ADDRESS": address, **job_env("offline")}
-    code = subprocess.run([sys.executable, script, "--config", config], cwd=checkout, env=env).returncode
-print(f"driver exit {code}", flush=True)
+    for pair in sys.argv[2:]:
+        config, script = pair.rsplit(":", 1)
+        print(f"=== {script}", flush=True)
+        code = subprocess.run([sys.executable, script, "--config", config], cwd=checkout, env=env).returncode
+        print(f"=== {script} exit {code}", flush=True)
 sys.exit(0 if worker.wait(60) == 0 else 3)

@@ -20,9 +20,26 @@ def require() -> None:
         pytest.skip(f"{PY} is missing: run dev/twin_venv.sh to run the twin tests", allow_module_level=True)
 
 
+def image_env() -> dict[str, str]:
+    """The environment NeMo RL's Dockerfile sets in the image (`ENV K=V` lines; PATH and the venv's own
+    location aside, which the twin has elsewhere): e.g. TORCH_CUDA_ARCH_LIST, which its Megatron path requires."""
+    import shlex
+
+    env = {}
+    for line in (NEMO_RL / "docker" / "Dockerfile").read_text().splitlines():
+        if line.startswith("ENV ") and "=" in line:
+            for word in shlex.split(line[4:]):
+                key, _, value = word.partition("=")
+                if key not in ("PATH", "UV_PROJECT_ENVIRONMENT", "NEMO_RL_VENV_DIR") and "$" not in value:
+                    env[key] = value
+    return env
+
+
 def run(args: list[str], timeout: float = 300, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    """`python ARGS` in the twin with only our code's root on the path (as the runtime bundle is in a job)."""
+    """`python ARGS` in the twin with the image's environment and only our code's root on the path (as the
+    runtime bundle is in a job)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    full.update(image_env())
     full.update({"PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache")})
     full.update(env or {})
     return subprocess.run([str(PY), *args], capture_output=True, text=True, timeout=timeout, env=full, cwd=kw.pop("cwd", ROOT), **kw)
