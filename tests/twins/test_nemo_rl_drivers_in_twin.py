@@ -1,5 +1,5 @@
-"""nano3's GRPO and DPO in the nemo-rl image's CPU twin, as far as a CPU allows: our Ray start-up brings up
-a two-node Ray 2.49.2 cluster, and NeMo RL's own drivers (run_grpo_math.py, run_dpo.py) load our rendered
+"""nano3's GRPO, DPO and RM in the nemo-rl image's CPU twin, as far as a CPU allows: our Ray start-up brings
+up a two-node Ray 2.49.2 cluster, and NeMo RL's own drivers (run_grpo_math.py, run_dpo.py, run_rm.py) load our rendered
 configs with its own loader, load the tokenizer and the data, start the loggers (GRPO: and the math
 environment), and stop where NeMo RL asks Ray for GPUs (the vLLM generation workers', the policy's): the
 GPU boundary, before any CUDA call. A toy model, prompts and preference pairs stand for the SFT model
@@ -38,7 +38,7 @@ BOUNDARY = "nemo_rl/distributed/virtual_cluster.py"
 ALGORITHMS = {"grpo": [], "dpo": ["rl.algorithm=dpo", "rl.checkpointing.metric_name=val:validation-heldout_accuracy"]}
 
 
-def test_nano3_grpo_and_dpo_run_nemo_rls_drivers_in_the_twin_up_to_the_gpu_request(tmp_path):
+def test_nano3_grpo_dpo_and_rm_run_nemo_rls_drivers_in_the_twin_up_to_the_gpu_request(tmp_path):
     from stages.backends import nemo_rl
 
     r = run(["-c", TOY, str(tmp_path / "model")])
@@ -64,13 +64,21 @@ def test_nano3_grpo_and_dpo_run_nemo_rls_drivers_in_the_twin_up_to_the_gpu_reque
         cfg["defaults"] = cfg["defaults"].replace(str(nemo_rl.REPO), str(NEMO_RL))   # the image's /opt/nemo-rl
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         runs.append(f"{tmp_path / f'{name}.yaml'}:{drv.script}")
+    rm_res = dict(rec.stage("rm").resources)
+    drv, cfg = nemo_rl.translate_rm(recipes.compose(rec, "rm", [])["rm"], model=tmp_path / "model", prefs=tmp_path / "prefs",
+                                    nodes=rm_res["nodes"], gpus_per_node=rm_res["gpus_per_node"], run_dir=tmp_path / "rm",
+                                    wandb="offline")
+    cfg["defaults"] = cfg["defaults"].replace(str(nemo_rl.REPO), str(NEMO_RL))
+    (tmp_path / "rm.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    runs.append(f"{tmp_path / 'rm.yaml'}:{drv.script}")
     r = run(["tests/twins/nemo_rl_driver.py", str(tmp_path / "ray"), *runs],
             timeout=900, env={"SLURM_JOB_ID": f"9{os.getpid()}", "JOBS_RAY_READY_TIMEOUT_S": "120",
                               "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "1"})   # NeMo RL's own knob: ask once, not 6 times
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert "ray: 2 node(s) alive" in r.stderr
-    gpus = res["nodes"] * res["gpus_per_node"]
-    for name, script in (("grpo", "examples/run_grpo_math.py"), ("dpo", "examples/run_dpo.py")):
+    for name, script, gpus in (("grpo", "examples/run_grpo_math.py", res["nodes"] * res["gpus_per_node"]),
+                               ("dpo", "examples/run_dpo.py", res["nodes"] * res["gpus_per_node"]),
+                               ("rm", "examples/run_rm.py", rm_res["nodes"] * rm_res["gpus_per_node"])):
         out = r.stdout.split(f"=== {script}\n")[1].split(f"=== {script} exit ")
         assert out[1].startswith("1\n"), out[0][-3000:]
         # In order: NeMo RL's loader on our file, the data, the loggers, then the refusal.
@@ -81,7 +89,7 @@ def test_nano3_grpo_and_dpo_run_nemo_rls_drivers_in_the_twin_up_to_the_gpu_reque
         assert -1 not in at and at == sorted(at), (name, dict(zip(marks, at)))
     # Every traceback ends at the boundary, in NeMo RL's placement groups: nothing failed before it.
     tracebacks = re.findall(r"Traceback \(most recent call last\):\n(.*?)\n(\S[^\n]*)", r.stdout + r.stderr, re.S)
-    assert len(tracebacks) >= 2
+    assert len(tracebacks) >= 3
     for frames, error in tracebacks:
         assert re.findall(r'File "([^"]+)", line', frames)[-1].endswith(BOUNDARY), frames
         assert error.startswith("nemo_rl.distributed.virtual_cluster.ResourceInsufficientError"), error
