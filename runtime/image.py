@@ -1,9 +1,11 @@
 """What a stage needs from its image, and the one-line failure when the image lacks it.
 
 `needs` says which Python modules a stage imports from the image (torch, transformers, ray, vllm...)
-for its config. `check_image`, the first thing runtime.entry.execute does, fails the run in one line
-naming the ones the interpreter lacks; the launcher asks the same question of a Charliecloud image
-at submit (jobs/executors/slurm.py), before a queue wait. Imports nothing beyond the standard library.
+for its config, in the job's own interpreter; `needs_elsewhere` what it imports in another Python of
+the image (eval's vLLM engines under `vllm_python`). `check_image`, the first thing runtime.entry.execute
+does, fails the run in one line naming the ones either interpreter lacks; the launcher asks the first
+question of a Charliecloud image at submit (jobs/executors/slurm.py), before a queue wait.
+Imports nothing beyond the standard library.
 """
 import os
 
@@ -32,6 +34,12 @@ TRAINERS = ("stages.pretrain", "stages.sft", "stages.rm", "stages.rl", "stages.e
 TRACKED = ("stages.pretrain", "stages.sft", "stages.rm", "stages.rl", "stages.eval")
 
 
+#: A stage section's key naming the image's Python that runs its vLLM engines (eval.vllm_python: the
+#: nemo-rl image's default venv has no vLLM), and what that Python, not the job's, must have.
+ELSEWHERE_KEY = "vllm_python"
+ELSEWHERE = ("vllm",)
+
+
 class ImageLacks(JobFailed):
     """The image has no module the stage imports: the run fails before it starts, in one line."""
 
@@ -48,9 +56,10 @@ def needs(stage: dict) -> dict[str, str]:
             why.setdefault(m, reason)
 
     add(MODULES.get(module, ()), "")
+    elsewhere = set(ELSEWHERE) if section.get(ELSEWHERE_KEY) else set()   # vLLM in its own Python: not this one
     if module in TRAINERS or "backend" in section:
         backend = section.get("backend", "torch")
-        add(BACKENDS.get(backend, ()), f"{name}.backend={backend}")
+        add([m for m in BACKENDS.get(backend, ()) if m not in elsewhere], f"{name}.backend={backend}")
     generation = section.get("generation") if isinstance(section.get("generation"), dict) else {}
     if generation.get("backend") in BACKENDS:
         add(BACKENDS[generation["backend"]], f"{name}.generation.backend={generation['backend']}")
@@ -63,6 +72,30 @@ def needs(stage: dict) -> dict[str, str]:
         if tracking.get("tensorboard"):
             add(("tensorboard",), "tracking.tensorboard=true")
     return why
+
+
+def needs_elsewhere(stage: dict) -> dict[str, dict[str, str]]:
+    """{another Python of the image: {module: why}}: what the stage runs in an interpreter not the job's."""
+    name, config = stage["stage"], stage.get("config") or {}
+    section = config.get(name) if isinstance(config.get(name), dict) else {}
+    python = section.get(ELSEWHERE_KEY)
+    return {python: {m: f"{name}.{ELSEWHERE_KEY}={python}" for m in ELSEWHERE}} if python else {}
+
+
+def missing_in(python: str, modules) -> list[str]:
+    """The modules `python` (another interpreter) cannot find; all of them when it cannot run."""
+    import json
+    import subprocess
+
+    code = ("import importlib.util as u, json, sys\ndef has(m):\n    try:\n        return u.find_spec(m) is not None\n"
+            "    except (ImportError, ValueError):\n        return False\nprint(json.dumps([m for m in sys.argv[1:] if not has(m)]))")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    try:
+        p = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, timeout=120, env=env,
+                           stdin=subprocess.DEVNULL)
+        return json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else list(modules)
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return list(modules)
 
 
 def missing(modules) -> list[str]:
@@ -92,6 +125,12 @@ def check_image(stage: dict) -> None:
     gone = missing(why)
     if gone:
         raise ImageLacks(lacks_message(gone, why, os.environ.get(IMAGE_ENV), stage["stage"]))
+    for python, why in needs_elsewhere(stage).items():
+        gone = missing_in(python, why)
+        if gone:
+            where = f"image {os.environ[IMAGE_ENV]}'s {python}" if os.environ.get(IMAGE_ENV) else python
+            raise ImageLacks(f"{where} lacks {', '.join(gone)} (or does not run), which stage {stage['stage']} "
+                             f"imports there ({'; '.join(dict.fromkeys(why.values()))})")
 
 
 def ran_in() -> dict:

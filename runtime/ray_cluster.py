@@ -312,10 +312,15 @@ def driver_auth(token_file: Path) -> Iterator[None]:
 
 
 def _reset_auth_cache() -> None:
-    from ray._raylet import AuthenticationTokenLoader, Config
+    """Ray >= 2.52 reads the token once per process; Ray before 2.52 (NVIDIA's images carry 2.49.2) has
+    no token auth at all: its `ray start` ignores RAY_AUTH_*, its clusters admit anyone who reaches the port."""
+    import ray._raylet as raylet
 
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
+    loader = getattr(raylet, "AuthenticationTokenLoader", None)
+    if loader is None:
+        return
+    raylet.Config.initialize("")
+    loader.instance().reset_cache()
 
 
 def _gcs_reachable(ip: str, port: int) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 from math import comb
 from pathlib import Path
 
@@ -222,15 +223,22 @@ def _generate_hf(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], se
     return sampled, greedy
 
 
-def engine_context(cfg: dict):
-    """How engine processes start: spawned, by `vllm_python` when set (an image whose vLLM lives in its
-    own environment: the nemo-rl image's /usr/local/bin/python-VllmGenerationWorker), else by this Python."""
-    import multiprocessing
+#: What an engine process runs: `python -c ENGINE JOB_FILE`.
+ENGINE = "import json, sys; from stages.eval import _engine_process; _engine_process(json.load(open(sys.argv[1])))"
 
-    spawn = multiprocessing.get_context("spawn")
-    if cfg.get("vllm_python"):
-        spawn.set_executable(cfg["vllm_python"])
-    return spawn
+
+def engine_command(cfg: dict, job_file: Path) -> tuple[list[str], dict[str, str]]:
+    """An engine process's command and environment: run by `vllm_python` when set (an image whose vLLM lives
+    in its own environment: the nemo-rl image's /usr/local/bin/python-VllmGenerationWorker), else by this
+    Python. A new interpreter, not a multiprocessing child: a spawned child takes the parent's sys.path
+    (the image's default venv, no vLLM), whatever Python starts it. This one gets its own packages, and
+    our code from PYTHONPATH."""
+    import sys
+
+    code = str(Path(__file__).resolve().parent.parent)   # the folder that holds stages/
+    path = [code] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != code]
+    return [cfg.get("vllm_python") or sys.executable, "-c", ENGINE, str(job_file)], \
+        {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
 def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], seed: int, work: Path,
@@ -251,7 +259,6 @@ def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], 
     gpus = visible.split(",") if visible else [str(i) for i in range(dp * tp)]
     cpus = cpus or os.cpu_count() or 1
     share, extra = divmod(len(ids), dp)
-    spawn = engine_context(cfg)
     procs, outs, start = [], [], 0
     for rank in range(dp):
         end = start + share + (rank < extra)
@@ -260,14 +267,15 @@ def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], 
         job = {"model": str(model_dir), "engine": engine, "sampling": sampling, "greedy": greedy,
                "prompts": ids[start:end], "seeds": seeds[start:end], "out": str(out),
                "gpus": ",".join(gpus[rank * tp:(rank + 1) * tp]), "threads": max(1, cpus // dp)}
-        procs.append(spawn.Process(target=_engine_process, args=(job,), name=f"eval-vllm-{rank}"))
+        job_file = work / f"vllm_rank{rank}.job.json"
+        job_file.write_text(json.dumps(job))
+        cmd, env = engine_command(cfg, job_file)
+        procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
         outs.append(out)
         start = end
     for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    failed = [f"engine {i} exit code {p.exitcode}" for i, p in enumerate(procs) if p.exitcode != 0]
+        p.wait()
+    failed = [f"engine {i} exit code {p.returncode}" for i, p in enumerate(procs) if p.returncode != 0]
     if failed:
         raise StageError(f"eval: vLLM failed ({', '.join(failed)}); its error is in this run's log above")
     parts = [json.loads(o.read_text()) for o in outs]
@@ -276,7 +284,7 @@ def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], 
 
 
 def _engine_process(job: dict) -> None:
-    """One vLLM engine (a spawned child): generate for its prompts, write token ids to job["out"]."""
+    """One vLLM engine (its own process, ENGINE): generate for its prompts, write token ids to job["out"]."""
     os.environ["CUDA_VISIBLE_DEVICES"] = job["gpus"]
     import torch
 

@@ -28,6 +28,10 @@ from stages.contract import StageError
 
 #: Where the NeMo RL checkout lives in the nemo-rl image (v0.4.0.nemotron_3_nano).
 REPO = Path("/opt/nemo-rl")
+#: The image's Python with megatron.bridge: its default venv has none (docker/Dockerfile's last `uv sync`
+#: leaves the mcore extra out; NeMo RL's README runs the converter with `uv run --extra mcore`). The
+#: image's build (prefetch_venvs.py) makes the Megatron policy worker's venv, that extra, and this wrapper.
+MCORE_PYTHON = "/usr/local/bin/python-MegatronPolicyWorker"
 OURS = ("backend", "algorithm")
 
 
@@ -213,10 +217,11 @@ def command(drv: Driver, config_path: Path, python: str = sys.executable) -> lis
 
 
 def export_command(step_dir: Path, out: Path, megatron: bool = True) -> list[str]:
-    """The last step's checkpoint -> HF folder (NeMo RL's converters: Megatron or DCP/DTensor)."""
+    """The last step's checkpoint -> HF folder (NeMo RL's converters: Megatron, in the image's Python that
+    has megatron.bridge, or DCP/DTensor, in its default Python)."""
     if megatron:
         weights = sorted((step_dir / "policy" / "weights").glob("iter_*"))[-1]
-        return [sys.executable, str(REPO / "examples/converters/convert_megatron_to_hf.py"),
+        return [MCORE_PYTHON, str(REPO / "examples/converters/convert_megatron_to_hf.py"),
                 "--config", str(step_dir / "config.yaml"), "--megatron-ckpt-path", str(weights), "--hf-ckpt-path", str(out)]
     return [sys.executable, str(REPO / "examples/converters/convert_dcp_to_hf.py"), "--config", str(step_dir / "config.yaml"),
             "--dcp-ckpt-path", str(step_dir / "policy" / "weights"), "--hf-ckpt-path", str(out)]

@@ -184,23 +184,14 @@ def test_the_exported_step_is_the_best_by_the_validation_metric(tmp_path):
 
 def test_evals_vllm_engines_start_with_the_configured_python(tmp_path):
     """The nemo-rl image's vLLM lives in /opt/ray_venvs (its Dockerfile; prefetch_venvs.py writes
-    /usr/local/bin/python-VllmGenerationWorker): eval's engine processes are started by that Python."""
-    import multiprocessing.spawn
-
+    /usr/local/bin/python-VllmGenerationWorker): eval's engine processes are started by that Python, as
+    interpreters of their own with our code on PYTHONPATH (tests/twins/test_eval_in_twin.py runs one)."""
     from stages import eval as ev
 
-    wrapper = tmp_path / "python-vllm"
-    wrapper.write_text(f"#!/bin/sh\necho started >> '{tmp_path / 'log'}'\nexec '{sys.executable}' \"$@\"\n")
-    wrapper.chmod(0o755)
-    before = multiprocessing.spawn.get_executable()
-    try:
-        ctx = ev.engine_context({"vllm_python": str(wrapper)})
-        p = ctx.Process(target=os.getpid)
-        p.start()
-        p.join(120)
-    finally:
-        multiprocessing.spawn.set_executable(before)
-    assert p.exitcode == 0 and (tmp_path / "log").read_text().startswith("started\n")
+    cmd, env = ev.engine_command({"vllm_python": "/x/python-vllm"}, tmp_path / "job.json")
+    assert cmd == ["/x/python-vllm", "-c", ev.ENGINE, str(tmp_path / "job.json")]
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(ev.__file__).resolve().parent.parent)
+    assert ev.engine_command({}, tmp_path / "job.json")[0][0] == sys.executable
     cfg, _ = nano3("eval")
     assert cfg["eval"]["vllm_python"] == "/usr/local/bin/python-VllmGenerationWorker"
 

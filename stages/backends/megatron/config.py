@@ -413,12 +413,17 @@ def _sft_dataset(data: dict, seq_length, packed: bool, seed: int, problems: list
 NUM_QUERY_GROUPS, NUM_ATTENTION_HEADS = 2, 32
 
 
+#: Unreleased megatron-core commits whose TransformerConfig accepts TP a multiple of num_query_groups:
+#: Megatron-LM f7dfb9979 (2025-12-07) and NeMo RL 823fcc904's fork 29e426c01 (yifu/nano-v3-main).
+ACCEPTS_TP_MULTIPLE = ("f7dfb9979", "29e426c01")
+
+
 def query_groups_rule(megatron_core: str | None) -> str:
     """How the image's megatron-core checks num_query_groups against TP (TransformerConfig.__post_init__):
     "multiple or divisor" from Megatron-LM f7dfb9979 (2025-12-07, core 0.16.0), "multiple" before.
-    containers.lock's `megatron_core` for the nemo image says which (`dev@f7dfb99…+` = at least that commit)."""
+    containers.lock's `megatron_core` for the nemo image says which (`OWNER/Megatron-LM@COMMIT`, or a release)."""
     v = str(megatron_core or "")
-    if "f7dfb9979" in v:
+    if any(commit in v for commit in ACCEPTS_TP_MULTIPLE):
         return "multiple or divisor"
     parts = v.split(".")
     if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and (int(parts[0]), int(parts[1])) >= (0, 16):

@@ -1,0 +1,63 @@
+"""The CPU twin of the nemo-rl image's Python (.venv-nemo-rl, dev/twin_venv.sh): where it is, and running
+this project's code in it as a job in that image would (our runtime bundle on the path, nothing else of ours)."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".venv-nemo-rl"
+PY = VENV / "bin" / "python"
+NEMO_RL = VENV / "nemo-rl"          # NeMo RL 823fcc904's checkout, as /opt/nemo-rl in the image
+LOCK = NEMO_RL / "uv.lock"
+
+
+def require() -> None:
+    if not PY.exists():
+        pytest.skip(f"{PY} is missing: run dev/twin_venv.sh to run the twin tests", allow_module_level=True)
+
+
+def image_env() -> dict[str, str]:
+    """The environment NeMo RL's Dockerfile sets in the image (`ENV K=V` lines; PATH and the venv's own
+    location aside, which the twin has elsewhere): e.g. TORCH_CUDA_ARCH_LIST, which its Megatron path requires."""
+    import shlex
+
+    env = {}
+    for line in (NEMO_RL / "docker" / "Dockerfile").read_text().splitlines():
+        if line.startswith("ENV ") and "=" in line:
+            for word in shlex.split(line[4:]):
+                key, _, value = word.partition("=")
+                if key not in ("PATH", "UV_PROJECT_ENVIRONMENT", "NEMO_RL_VENV_DIR") and "$" not in value:
+                    env[key] = value
+    return env
+
+
+def run(args: list[str], timeout: float = 300, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """`python ARGS` in the twin with the image's environment and only our code's root on the path (as the
+    runtime bundle is in a job)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    full.update(image_env())
+    full.update({"PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache")})
+    full.update(env or {})
+    return subprocess.run([str(PY), *args], capture_output=True, text=True, timeout=timeout, env=full, cwd=kw.pop("cwd", ROOT), **kw)
+
+
+def mirror() -> Path:
+    """The pinned upstream archives (../shared/upstream unless JOBS_UPSTREAM_MIRROR names another folder)."""
+    return Path(os.environ.get("JOBS_UPSTREAM_MIRROR") or ROOT.parent / "shared" / "upstream")
+
+
+def source(archive: str, into: Path) -> Path:
+    """An upstream archive of the mirror unpacked into `into` (its top folder)."""
+    import tarfile
+
+    path = mirror() / archive
+    if not path.exists():
+        pytest.skip(f"{path} is missing: set JOBS_UPSTREAM_MIRROR to the folder of the pinned upstream archives")
+    with tarfile.open(path) as tar:
+        tar.extractall(into, filter="data")
+    (top,) = into.iterdir()
+    return top
