@@ -456,6 +456,7 @@ BLOCKS = {
     "rl-margins": render_margins,
     "train-throughput": render_train,
     "bench-raw-files": bench_rows,
+    "suite-times": render_suite_times,
 }
 
 
