@@ -307,6 +307,21 @@ def test_a_job_refuses_an_input_corrupted_after_submit(fresh, monkeypatch):
     assert not view.outputs
 
 
+def first_running_attempt(s: Store, timeout_s: float = 120) -> tuple[str, dict]:
+    """The first RUNNING run of the store and its attempt, once the attempt has recorded its process."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        for row in s.index().runs():
+            view = s.run(row["id"])
+            if view.state == "RUNNING":
+                attempt = next((a for a in view.attempts if a.get("pid")), None)
+                if attempt is not None:
+                    return view.id, attempt
+                break
+    raise AssertionError("the run never started")
+
+
 def test_cancel_stops_a_real_local_run_and_only_it(sandbox):
     box = sandbox
     submit = subprocess.Popen([JOBS, "--store", str(box.store), "submit", "testchain", "--stage", "count",
@@ -314,15 +329,7 @@ def test_cancel_stops_a_real_local_run_and_only_it(sandbox):
                               env={**os.environ, **box.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     box.procs.append(submit)
     s = Store(box.store)
-    deadline = time.monotonic() + 120
-    run = attempt = None
-    while time.monotonic() < deadline and attempt is None:
-        time.sleep(0.3)
-        runs = [r["id"] for r in s.index().runs() if s.run(r["id"]).state == "RUNNING"]
-        if runs:
-            run = runs[0]
-            attempt = next((a for a in s.run(run).attempts if a.get("pid")), None)
-    assert attempt is not None, "the run never started"
+    run, attempt = first_running_attempt(s)
     assert attempt["pgid"] == attempt["pid"] != submit.pid   # the job leads its own group
     assert attempt["host"] == socket.gethostname() and attempt["proc_start"]
     r = run_jobs(box.store, "cancel", run, env=box.env)
@@ -344,15 +351,7 @@ def test_ctrl_c_on_a_local_submit_leaves_no_traceback_and_every_view_says_cancel
                               start_new_session=True)
     box.procs.append(submit)
     s = Store(box.store)
-    deadline = time.monotonic() + 120
-    run = attempt = None
-    while time.monotonic() < deadline and attempt is None:
-        time.sleep(0.3)
-        runs = [r["id"] for r in s.index().runs() if s.run(r["id"]).state == "RUNNING"]
-        if runs:
-            run = runs[0]
-            attempt = next((a for a in s.run(run).attempts if a.get("pid")), None)
-    assert attempt is not None, "the run never started"
+    run, attempt = first_running_attempt(s)
     os.killpg(submit.pid, signal.SIGINT)
     out, err = submit.communicate(timeout=120)   # until the controller, which shares stdout, is gone too
     assert submit.returncode == 130 and err == "jobs: interrupted\n", err
