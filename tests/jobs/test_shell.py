@@ -64,6 +64,21 @@ class Terminal:
         os.close(self.fd)
 
 
+def plain_bash(home: Path, store: Path, cwd: Path) -> Terminal:
+    """An interactive bash as a new user gets one: no shell functions, venv or completion inherited
+    (`jobs` is the builtin), `home` made as $HOME, `store` as $JOBS_HOME; no bell, every candidate listed."""
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BASH_FUNC_", "VIRTUAL_ENV", "COMP"))}
+    env.update(HOME=str(home), JOBS_HOME=str(store), TERM="dumb", PS1="$ ", PATH="/usr/local/bin:/usr/bin:/bin")
+    term = Terminal(env, cwd)
+    try:
+        term.command("bind 'set bell-style none'; bind 'set completion-query-items 1000'")
+    except BaseException:
+        term.close()
+        raise
+    return term
+
+
 def test_jobs_typed_in_bash_runs_ours_keeps_the_builtin_and_completes(tmp_path):
     # The README's set-up line is ./dev/tiny.sh = dev/setup.sh, then the pipeline: the set-up is run
     # here as it is there (with the venv in place it only installs the shell integration).
@@ -73,13 +88,8 @@ def test_jobs_typed_in_bash_runs_ours_keeps_the_builtin_and_completes(tmp_path):
     assert setup.returncode == 0, setup.stderr
 
     store = tmp_path / "store"
-    (tmp_path / "home").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BASH_FUNC_", "VIRTUAL_ENV", "COMP"))}
-    env.update(HOME=str(tmp_path / "home"), JOBS_HOME=str(store), TERM="dumb", PS1="$ ",
-               PATH="/usr/local/bin:/usr/bin:/bin")
-    term = Terminal(env, ROOT)
+    term = plain_bash(tmp_path / "home", store, ROOT)
     try:
-        term.command("bind 'set bell-style none'; bind 'set completion-query-items 1000'")
         assert "builtin" in term.command("type -t jobs")      # a plain bash: `jobs` is the builtin
         term.command("source .venv/bin/activate")
         assert "function" in term.command("type -t jobs")
@@ -167,13 +177,8 @@ def test_completion_follows_the_recipes_graph_typed_in_bash(data_store, tmp_path
     """On a store where tiny's data stage ran: `--input` offers the selected stage's roles, a role's
     value only names of its kind, `list --stage` the stages, and a RUN the store's run IDs."""
     (run,) = [r["id"] for r in Store(data_store).index().runs()]
-    (tmp_path / "home").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BASH_FUNC_", "VIRTUAL_ENV", "COMP"))}
-    env.update(HOME=str(tmp_path / "home"), JOBS_HOME=str(data_store), TERM="dumb", PS1="$ ",
-               PATH="/usr/local/bin:/usr/bin:/bin")
-    term = Terminal(env, tmp_path)
+    term = plain_bash(tmp_path / "home", data_store, tmp_path)
     try:
-        term.command("bind 'set bell-style none'; bind 'set completion-query-items 1000'")
         term.command(f'eval "$("{ROOT}/.venv/bin/python" -m jobs.shell)"')
         line = "jobs submit tiny --stage sft --input "
         term.wait_for(r"\$ ")   # readline reads the keys only once the prompt is up (before: the tty echoes them raw)
