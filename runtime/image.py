@@ -141,8 +141,9 @@ def ran_in() -> dict:
     from runtime.cpu import cpu_kernels
 
     facts = {"python_executable": sys.executable}
-    if cpu_kernels():
-        facts["cpu_kernels"] = cpu_kernels()
+    kernels = cpu_kernels()   # reads /proc/cpuinfo: once
+    if kernels:
+        facts["cpu_kernels"] = kernels
     if os.environ.get(IMAGE_ENV):
         facts["image"] = os.environ[IMAGE_ENV]
     if os.environ.get(BUNDLE_ENV):
