@@ -63,7 +63,7 @@ ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
 RUN_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 #: The store's own folders: none of them may be a symbolic link (Store.open refuses the store).
 OWN_FOLDERS = ("records", "records/run", "records/event", "records/artifact", "records/location", "refs", "runs",
-               "code", "imports", "runtime")
+               "code", "imports", "runtime", "sweeps")
 #: Event fields that hold a path: recorded relative to the store root, shown absolute in this store.
 PATH_FIELDS = ("folder", "tensorboard", "wandb")
 

@@ -176,7 +176,7 @@ def test_the_stage_contract_and_the_runtime_load_without_the_launcher():
 
 
 #: The names of the store's folders and of a run folder's parts (lineage/layout.py spells them).
-LAYOUT = {"records", "refs", "runs", "code", "imports", "runtime", "logs", "outputs", "attempts", "checkpoints",
+LAYOUT = {"records", "refs", "runs", "code", "imports", "runtime", "sweeps", "logs", "outputs", "attempts", "checkpoints",
           "keep", "progress.json", "metrics.jsonl"}
 
 
