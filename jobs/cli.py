@@ -83,18 +83,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     stages = "all" if "all" in items else ",".join(items)   # `--stage a --stage b` is `--stage a,b`
     req = Request(recipe=args.recipe, stages=stages, overrides=args.overrides, inputs=args.input,
                   executor=args.executor, profile=args.profile, store=args.store, dry_run=args.dry_run,
-                  force=args.force, allow_unpinned=args.allow_unpinned)
-    if args.sweep or args.max_parallel is not None:
-        from jobs import sweep
-        if not args.sweep:
-            raise ExecutorError("--max-parallel limits a sweep: give --sweep KEY=V1,V2 too")
-        return 0 if sweep.submit(req, args.sweep, args.max_parallel)[2] else 1
-    return 0 if submit(req) else 1
+                  force=args.force, allow_unpinned=args.allow_unpinned, sweep=args.sweep,
+                  max_parallel=args.max_parallel)
+    return 0 if submit(req).ok else 1
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from jobs import status
-    if args.run and args.run.startswith("swp_"):
+    from lineage.sweeps import is_sweep
+    if args.run and is_sweep(args.run):
         from jobs import sweep
         lines = sweep.status(open_store(args), args.run, args.json, args.jsonl)
     else:
@@ -117,7 +114,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from jobs import status
-    if args.run.startswith("swp_"):
+    from lineage.sweeps import is_sweep
+    if is_sweep(args.run):
         from jobs import sweep
         print("\n".join(sweep.cancel(open_store(args), args.run)))
         return 0
@@ -164,7 +162,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from jobs.status import check_limit
 
     check_limit(args.limit)   # as `list` and `status` refuse it, whatever is compared
-    if len(args.runs) == 1 and args.runs[0].startswith("swp_"):   # a sweep: its grid, the best point marked
+    from lineage.sweeps import is_sweep
+    if len(args.runs) == 1 and is_sweep(args.runs[0]):   # a sweep: its grid, the best point marked
         from jobs import sweep
         return sweep.compare_command(open_store(args), args.runs[0], args.metric[-1] if args.metric else None, args.json)
     from jobs import compare
@@ -255,7 +254,8 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from jobs import report
-    if args.id.startswith("swp_"):
+    from lineage.sweeps import is_sweep
+    if is_sweep(args.id):
         from jobs import sweep
         print(sweep.report(open_store(args), args.id, Path(args.out).expanduser() if args.out else None))
         return 0

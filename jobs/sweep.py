@@ -1,26 +1,26 @@
 """Sweeps: one stage's config over a grid, every point an ordinary run with its own record.
 
 `jobs submit RECIPE --stage S --sweep KEY=V1,V2 [--sweep KEY2=range(1,4)]` takes Hydra's sweep
-grammar (comma lists, `range()`, `choice()`) and plans the grid of every combination, sized from
-the expressions' arithmetic before a point is listed (at most MaxArraySize points). The inputs,
-code snapshot and environment are settled once for all points; each point's config is composed and
-checked like a single run's, so one bad value refuses the whole sweep before anything is written.
-Points whose identical run already succeeded are reused (the run cache), points still queued or
-running from an earlier submission of the same sweep are left alone, and the rest run: on Slurm
-as one job array (`--max-parallel N` -> `%N`), here one after another (or N at a time).
-The sweep's record lives in lineage/sweeps.py; `status`, `list --sweep`, `compare`, `report` and
-`cancel` take a sweep ID, and `--input ROLE=SWEEP:best[METRIC]` feeds the best point's output on.
+grammar (comma lists, `range()`, `choice()`); `parse` reads it and sizes the grid of every
+combination from the expressions' arithmetic before a point is listed (at most MaxArraySize points).
+The points then go down the one submit path (jobs/submit.py): planned once (jobs/plan.py
+`make_sweep_plan`), each point's config checked like a single run's, settled and recorded
+(jobs/record.py), and the executor runs them: on Slurm as one job array (`--max-parallel N` ->
+`%N`), here one after another (or N at a time).
+What stays here is the sweep's own: its grammar, and its views. The sweep's record lives in
+lineage/sweeps.py; `status`, `list --sweep`, `compare`, `report` and `cancel` take a sweep ID, and
+`--input ROLE=SWEEP:best[METRIC]` feeds the best point's output on, as the records say.
 """
 from __future__ import annotations
 
 import itertools
 import math
 import re
-from dataclasses import dataclass, replace
-from typing import Callable
+from dataclasses import dataclass
 
 from jobs.errors import InputError, JobsError, RecipeError
 from lineage.states import TERMINAL, RunState
+from lineage.sweeps import PREFIX, is_sweep
 
 # Metric names where more is better; any other (a loss) ranks lowest first.
 HIGHER = re.compile(r"acc|exact|match|pass@|reward|score|f1|win", re.I)
@@ -150,189 +150,6 @@ def said(point: dict[str, str]) -> str:
 def _said(view, point: dict) -> str:
     """A recorded point's values in the order of the sweep's keys (records keep keys sorted)."""
     return said({k: point["values"].get(k) for k in view.keys})
-
-
-@dataclass(frozen=True)
-class SweepPlan:
-    plan: "object"          # jobs.plan.Plan: recipe, executor, code and environment, the first point's stage
-    axes: list[Axis]
-    points: list[dict[str, str]]
-    stages: list          # one jobs.plan.StagePlan per point
-
-
-def make(store, recipe_name: str, stage: str, axes: list[Axis], overrides: list[str], inputs: list[str],
-         executor: str) -> SweepPlan:
-    """Plan every point; inputs, code and environment are resolved once (from the first point's plan)."""
-    from jobs import recipes
-    from jobs.plan import _check_config, make_plan
-
-    recipe = recipes.load(recipe_name)
-    selected = recipe.select(stage)
-    if len(selected) != 1:
-        raise RecipeError(f"--sweep runs one stage; --stage {stage!r} selects {len(selected)} "
-                          f"({', '.join(s.name for s in selected) or 'none'})")
-    spec = selected[0]
-    swept = {a.key.lstrip("+") for a in axes}
-    for key in sorted(swept):   # the same answer for every point, before any is composed
-        head = key.split(".")[0]
-        if head != spec.name and head in recipe.stages:
-            raise RecipeError(f"--sweep {key} sets the config of stage {head}, but the sweep runs {spec.name}: "
-                              f"sweep {spec.name}'s keys (or run --stage {head})")
-    for text in overrides:
-        key = text.split("=", 1)[0].lstrip("+~")
-        if key in swept:
-            raise RecipeError(f"{key} is both swept (--sweep) and set ({text}): keep one")
-    points = grid(axes)
-
-    def point_error(point: dict, e: JobsError) -> JobsError:
-        return RecipeError(f"sweep point {said(point)}: {e}; nothing was submitted")
-
-    extra = [f"{k}={v}" for k, v in points[0].items()]
-    try:
-        plan = make_plan(store, recipe.name, spec.name, overrides=[*overrides, *extra], inputs=inputs, executor=executor)
-    except RecipeError as e:
-        raise point_error(points[0], e) from None
-    stages = [plan.stages[0]]
-    for point in points[1:]:
-        try:
-            routed = recipes.split_overrides([*overrides, *(f"{k}={v}" for k, v in point.items())], [spec.name])
-            config = recipes.compose(recipe, spec.name, routed[spec.name])
-            _check_config(recipe.name, spec, config)
-        except RecipeError as e:
-            raise point_error(point, e) from None
-        stages.append(replace(plan.stages[0], config=config))
-    return SweepPlan(plan=plan, axes=axes, points=points, stages=stages)
-
-
-def _one(plan, sp):
-    return replace(plan, stages=[sp])
-
-
-def _needs(sp) -> tuple:
-    """What of a point's config the executor's checks depend on (the modules its image must have)."""
-    from dataclasses import asdict
-
-    from runtime.image import needs
-
-    return tuple(needs(asdict(sp)))
-
-
-def submit(req, sweeps: list[str], max_parallel: int | None = None,
-           echo: Callable[[str], None] = print) -> tuple[str | None, list[str], bool]:
-    """Plan, check, record and launch a sweep. (sweep ID, the runs recorded now, every local run succeeded)."""
-    from jobs import executors, profiles
-    from jobs.plan import run_spec, verify_inputs
-    from jobs.provenance import CodeChanged, store_snapshot
-    from jobs.record import cached
-    from jobs.submit import store_root
-    from lineage import Store
-    from lineage import sweeps as records
-
-    if max_parallel is not None and max_parallel < 1:
-        raise JobsError(f"--max-parallel must be at least 1 (got {max_parallel})")
-    axes = parse(sweeps, max_points(req.executor))
-    profile = profiles.load(req.profile) if req.executor == "slurm" or req.profile else None
-    store = Store(store_root(req.store, profile))
-    executor = executors.get(req.executor, profile, allow_unpinned=req.allow_unpinned)
-    for tries in (1, 2, 3):
-        sw = make(store, req.recipe, req.stages, axes, req.overrides, req.inputs, req.executor)
-        plan = sw.plan
-        profiles.check_resources(plan.stages[0].resources, f"{plan.recipe}/{plan.stages[0].stage} in recipe.yaml")
-        verify_inputs(store, plan)
-        if req.dry_run:
-            echo(f"# sweep of {len(sw.points)} point(s) of {plan.recipe}/{plan.stages[0].stage}"
-                 + (f", one Slurm job array %{min(max_parallel or len(sw.points), len(sw.points))}"
-                    if req.executor == "slurm" else ", one after another"))
-            echo("\n".join(f"#   point {i}: {said(p)}" for i, p in enumerate(sw.points)))
-            if req.executor == "slurm":   # the array launch_array submits, not one point's script
-                echo(executor.dry_run_array(store.root, plan, len(sw.points), max_parallel,
-                                            store.root / "sweeps" / "<sweep>"))
-            else:
-                echo(executor.dry_run(store.root, plan))
-            return None, [], True
-        # The executor checks one point per distinct set of needs (resources and image are the stage's).
-        groups: dict[tuple, int] = {}
-        for i, sp in enumerate(sw.stages):
-            groups.setdefault(_needs(sp), i)
-        reps = sorted(set(groups.values()))
-        prepared_of = dict(zip(reps, executor.prepare(store.root, replace(plan, stages=[sw.stages[i] for i in reps]))))
-        prepared = [prepared_of[groups[_needs(sp)]] for sp in sw.stages]
-        store = Store.open(store.root, create=True)
-        store.ensure_writable()
-        try:
-            store_snapshot(store, plan.code)
-            break
-        except CodeChanged:
-            if tries == 3:
-                raise
-
-    specs = [run_spec(_one(plan, sp), 0, [p.record], dict(sp.inputs), {}) for sp, p in zip(sw.stages, prepared)]
-    keys = [s.key() for s in specs]
-    sweep_id = records.make_id(keys)
-    standing = _standing(store, sweep_id)
-    idx = store.index()
-    runs: dict[int, str] = {}
-    todo: list[int] = []
-    for i, key in enumerate(keys):
-        if not req.force:
-            hit = cached(store, idx, key)
-            if hit:
-                runs[i] = hit
-                echo(f"{hit}  point {i} reused: an identical run already succeeded ({said(sw.points[i])})")
-                continue
-            if standing.get(i):
-                runs[i] = standing[i]
-                echo(f"{standing[i]}  point {i} still {store.run(standing[i]).state} from an earlier submission "
-                     f"({said(sw.points[i])})")
-                continue
-        todo.append(i)
-    records.write(store, sweep_id, {
-        "recipe": plan.recipe, "stage": plan.stages[0].stage, "keys": [a.key for a in axes],
-        "overrides": list(req.overrides), "executor": req.executor,
-        "points": [{"values": p, "run_key": k} for p, k in zip(sw.points, keys)]})
-    for i in todo:
-        runs[i] = store.create_run(specs[i].with_(
-            run_key=keys[i], sweep={"id": sweep_id, "point": i, "values": sw.points[i]}))
-    records.add_submission(store, sweep_id, runs, recorded=[runs[i] for i in todo], max_parallel=max_parallel)
-    new = [runs[i] for i in todo]
-    echo(f"sweep {sweep_id}: {len(sw.points)} point(s), {len(new)} to run, {len(sw.points) - len(new)} reused "
-         f"or still running; recorded {len(new)} run(s) in {store.root}")
-    for i in todo:   # which run is which point, before the launch lines that name runs only
-        echo(f"{runs[i]}  point {i}: {said(sw.points[i])}")
-    if not new:
-        return sweep_id, [], True
-    from jobs.submit import _code_on_path
-
-    with _code_on_path(plan.code.get("root")):
-        if req.executor == "slurm":
-            executor.launch_array(store, new, [prepared[i] for i in todo], store.folder(f"sweeps/{sweep_id}"),
-                                  max_parallel, sweep_id, echo=echo)
-            return sweep_id, new, True
-        # Independent points: one failing does not stop the others; --max-parallel N runs N at once.
-        def one(i: int) -> bool:
-            return executor.launch(store, [runs[i]], [prepared[i]], echo=echo)
-
-        if (max_parallel or 1) > 1 and len(todo) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(max_parallel) as pool:
-                return sweep_id, new, all(list(pool.map(one, todo)))
-        return sweep_id, new, all([one(i) for i in todo])
-
-
-def _standing(store, sweep_id: str) -> dict[int, str]:
-    """Points of an earlier submission of this sweep still queued or running (checked with Slurm)."""
-    from jobs.status import statuses
-    from lineage import sweeps as records
-    from lineage.errors import NotFound
-
-    try:
-        view = records.read(store, sweep_id)
-    except NotFound:
-        return {}
-    ids = [r for r in view.runs if r]
-    alive = {v.id for v, _ in statuses(store, ids) if v.state not in TERMINAL and v.state != RunState.LOST}
-    return {i: r for i, r in enumerate(view.runs) if r in alive}
 
 
 # ---- queries on a sweep ---------------------------------------------------------------------------
@@ -551,22 +368,24 @@ def _float(x: str) -> float | None:
 
 
 # ---- a later stage takes the best point's output -------------------------------------------------
-BEST = re.compile(r"^(swp_[0-9a-f]{1,16}):best(?:\[([^\]]+)\])?$")
+BEST = re.compile(rf"^({PREFIX}[0-9a-f]{{1,16}}):best(?:\[([^\]]+)\])?$")
 
 
 def best_input(store, text: str, kind: str) -> str:
-    """`SWEEP:best` or `SWEEP:best[METRIC]` -> the artifact of `kind` the best point's run made."""
+    """`SWEEP:best` or `SWEEP:best[METRIC]` -> the artifact of `kind` the best point's run made.
+
+    Planning reads only: the points' states are their records', never asked of Slurm (`jobs status
+    SWEEP` asks, and records an end only Slurm saw)."""
     m = BEST.match(text)
     if not m:
         raise InputError(f"bad input {text!r}: a sweep is given as SWEEP:best or SWEEP:best[METRIC]")
-    from jobs.status import statuses
     from lineage import sweeps as records
 
     view = records.read(store, records.resolve(store, m[1]))
-    busy = [v.id for v, _ in statuses(store, [r for r in view.runs if r])
-            if v.state not in TERMINAL and v.state != RunState.LOST]
+    busy = [r for r in view.runs if r and store.run(r).state not in TERMINAL]
     if busy:   # the best so far is not the sweep's best
-        raise InputError(f"sweep {view.id}: {len(busy)} point(s) not ended yet; wait for them (jobs status {view.id})")
+        raise InputError(f"sweep {view.id}: {len(busy)} point(s) not ended yet, as recorded; wait for them "
+                         f"(`jobs status {view.id}` asks Slurm and records what ended)")
     view, runs, metric, higher, best = ranked(store, view.id, m[2])
     if best is None:
         raise InputError(f"sweep {view.id}: no point has succeeded with metric {metric}; no best point yet")
@@ -578,7 +397,7 @@ def best_input(store, text: str, kind: str) -> str:
 
 
 def compare_command(store, ident: str, metric: str | None, as_json: bool) -> int:
-    if not ident.startswith("swp_"):
-        raise JobsError(f"compare takes a sweep ID (swp_…), not {ident!r}")
+    if not is_sweep(ident):
+        raise JobsError(f"compare takes a sweep ID ({PREFIX}…), not {ident!r}")
     print("\n".join(compare(store, ident, metric, as_json)))
     return 0

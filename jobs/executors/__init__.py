@@ -1,7 +1,9 @@
 """Executors turn recorded runs into processes: `local` (submitit's LocalExecutor) and `slurm`.
 
 Each implements `Executor`; jobs/submit.py drives every one the same way: prepare (validate,
-before anything is recorded) -> record -> launch.
+before anything is recorded) -> record -> launch. `launch` is given every run a submission recorded
+and decides how to run them from their records: a chain in order, each after the runs it takes
+inputs from; the points of one sweep as independent runs (on Slurm: one job array).
 """
 from __future__ import annotations
 
@@ -33,12 +35,13 @@ class Executor(Protocol):
     def prepare(self, store_root: Path, plan: "Plan") -> list[Prepared]:
         """Validate every stage against the target (sbatch --test-only...); raise JobsError to refuse."""
 
-    def dry_run(self, store_root: Path, plan: "Plan") -> str:
-        """What would run, without recording or launching anything."""
+    def dry_run(self, store_root: Path, plan: "Plan", max_parallel: int | None = None) -> str:
+        """What would run, without recording or launching anything (a sweep's plan: how its points would)."""
 
     def launch(self, store: "Store", run_ids: list[str], prepared: list[Prepared],
-               echo: Callable[[str], None] = print) -> bool:
-        """Run (local: and wait) or submit (slurm: and return) the recorded runs, in order."""
+               echo: Callable[[str], None] = print, max_parallel: int | None = None) -> bool:
+        """Run (local: and wait) or submit (slurm: and return) the recorded runs: a chain in order, a
+        sweep's points independently, at most `max_parallel` at once; False when a local run failed."""
 
 
 def get(name: str, profile=None, allow_unpinned: bool = False) -> Executor:

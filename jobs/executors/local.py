@@ -30,13 +30,33 @@ class LocalExecutor:
     def prepare(self, store_root, plan) -> list[Prepared]:
         return [Prepared() for _ in plan.stages]  # this machine takes any resources: nothing to settle
 
-    def dry_run(self, store_root, plan) -> str:
+    def dry_run(self, store_root, plan, max_parallel: int | None = None) -> str:
+        from dataclasses import replace
+
         from jobs.show import format_plan
 
+        if plan.grid is not None:   # a sweep's points share their stage: its first point shows them
+            plan = replace(plan, stages=plan.stages[:1], grid=None)
         return format_plan(plan, Store(store_root))
 
     def launch(self, store: Store, run_ids: list[str], prepared: list[Prepared] | None = None,
-               echo: Callable[[str], None] = print) -> bool:
+               echo: Callable[[str], None] = print, max_parallel: int | None = None) -> bool:
+        """A chain in order, each stage after its upstream succeeded; the points of a sweep as
+        independent runs, one failing stops none of the others, `max_parallel` of them at once."""
+        if len(run_ids) < 2 or not all(store.run_spec(r).sweep for r in run_ids):
+            return self._chain(store, run_ids, echo)
+
+        def one(run_id: str) -> bool:
+            return self._chain(store, [run_id], echo)
+
+        if (max_parallel or 1) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_parallel) as pool:
+                return all(list(pool.map(one, run_ids)))
+        return all([one(r) for r in run_ids])
+
+    def _chain(self, store: Store, run_ids: list[str], echo: Callable[[str], None]) -> bool:
         import submitit
 
         ok = True

@@ -24,7 +24,7 @@ from jobs.errors import ExecutorError
 from jobs.executors import Prepared
 from jobs.provenance import PROJECT_ROOT
 from lineage import Store
-from lineage.layout import RUNTIME, RunDir, run_path
+from lineage.layout import RUNTIME, RunDir, run_path, sweep_path
 from runtime import cpu
 from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
 from runtime.entry import StageJob
@@ -364,28 +364,44 @@ class SlurmExecutor:
                 prepared.append(Prepared(params=params, image=image, record=record, python=python))
         return prepared
 
-    def dry_run(self, store_root: Path, plan) -> str:
-        return dry_run(store_root, _stages(plan), self.target, plan.code)
-
-    def dry_run_array(self, store_root: Path, plan, points: int, max_parallel: int | None, folder: Path) -> str:
-        """A sweep's job array as `launch_array` submits it: the point's script with `--array=0-N%M`,
-        every task's logs in the sweep's folder."""
-        return dry_run(store_root, _stages(plan), self.target, plan.code,
-                       array=(points, min(max_parallel or points, points), folder))
+    def dry_run(self, store_root: Path, plan, max_parallel: int | None = None) -> str:
+        if plan.grid is None:
+            return dry_run(store_root, _stages(plan), self.target, plan.code)
+        # A sweep: its first point's script as the job array `launch` submits, `--array=0-N%M`,
+        # every task's logs in the sweep's folder.
+        n = len(plan.stages)
+        return dry_run(store_root, _stages(plan)[:1], self.target, plan.code,
+                       array=(n, min(max_parallel or n, n), sweep_path(store_root, "<sweep>")))
 
     def launch(self, store: Store, run_ids: list[str], prepared: list[Prepared],
-               echo: Callable[[str], None] = print) -> bool:
+               echo: Callable[[str], None] = print, max_parallel: int | None = None) -> bool:
+        """One sbatch job per run, in order, each after the jobs of the runs it takes inputs from
+        (afterok); the points of one sweep that share their parameters as one job array (submitit's
+        batch), at most `max_parallel` of it running at once, every task's logs in the sweep's folder."""
         import submitit
 
         if any(p.image is not None for p in prepared):
             store.folder(RUNTIME)   # made without following a link planted on the way
             bundles.store(self.bundle or bundles.collect(), store.root)
+        specs = [store.run_spec(r) for r in run_ids]
+        groups: dict[tuple, list[int]] = {}
+        for i, (spec, prep) in enumerate(zip(specs, prepared)):
+            sweep = (spec.sweep or {}).get("id")
+            python = prep.python or python_for(prep.image)
+            groups.setdefault((sweep, repr((sorted(prep.params.items()), python))) if sweep else (None, i),
+                              []).append(i)
         job_of: dict[str, str] = {}
-        for run_id, prep in zip(run_ids, prepared):
-            spec = store.run_spec(run_id)
+        for (sweep, _), members in groups.items():
+            prep = prepared[members[0]]
+            python = prep.python or python_for(prep.image)
+            if len(members) > 1:
+                self._array(store, [run_ids[i] for i in members], [specs[i] for i in members], prep, python,
+                            sweep, max_parallel, echo)
+                continue
+            run_id, spec = run_ids[members[0]], specs[members[0]]
             ups = sorted({job_of[ref["run"]] for ref in spec.pending_inputs.values()})
             folder = RunDir(store.run_dir(run_id)).logs
-            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image))
+            executor = submitit.SlurmExecutor(folder=folder, python=python)
             params = dict(prep.params)
             if ups:
                 params["dependency"] = "afterok:" + ":".join(ups)
@@ -399,38 +415,25 @@ class SlurmExecutor:
                  + (f" (after {', '.join(ups)})" if ups else ""))
         return True
 
-    def launch_array(self, store: Store, run_ids: list[str], prepared: list[Prepared], folder: Path,
-                     max_parallel: int | None, sweep: str, echo: Callable[[str], None] = print) -> list[str]:
-        """Submit independent recorded runs of one stage (a sweep's points) as one job array per
-        distinct set of parameters (submitit's batch), at most `max_parallel` of it running at once
-        (`--array=0-N%max_parallel`); every task's output goes to `folder`. Returns the array job IDs."""
+    @staticmethod
+    def _array(store: Store, run_ids: list[str], specs: list, prep: Prepared, python: str, sweep: str,
+               max_parallel: int | None, echo: Callable[[str], None]) -> None:
+        """Independent runs of one sweep, one set of parameters: one sbatch of a job array."""
         import submitit
 
-        if any(p.image is not None for p in prepared):
-            store.folder(RUNTIME)   # made without following a link planted on the way
-            bundles.store(self.bundle or bundles.collect(), store.root)
-        groups: dict[str, list[int]] = {}
-        for i, prep in enumerate(prepared):
-            groups.setdefault(repr((sorted(prep.params.items()), prep.python or python_for(prep.image))), []).append(i)
-        arrays = []
-        for members in groups.values():
-            prep = prepared[members[0]]
-            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image))
-            executor.update_parameters(**prep.params, array_parallelism=max_parallel or len(members))
-            with executor.batch():
-                jobs = [executor.submit(StageJob(str(store.root), run_ids[i])) for i in members]
-            array = jobs[0].job_id.split("_")[0]
-            arrays.append(array)
-            for i, job in zip(members, jobs):
-                store.add_event(run_ids[i], "job", executor="slurm", job_id=job.job_id, folder=str(folder),
-                                image=prep.image.reference if prep.image else None,
-                                array=array if len(jobs) > 1 else None, sweep=sweep)
-            limit = f" %{min(max_parallel or len(jobs), len(jobs))}" if len(jobs) > 1 else ""
-            echo(f"sweep {sweep}: {len(jobs)} run(s) submitted as Slurm {'array ' if len(jobs) > 1 else ''}job "
-                 f"{array}{limit}")
-            for i, job in zip(members, jobs):
-                echo(f"{run_ids[i]}  {store.run_spec(run_ids[i]).stage:<9} Slurm job {job.job_id}")
-        return arrays
+        folder = store.folder(sweep_path(Path(), sweep))
+        executor = submitit.SlurmExecutor(folder=folder, python=python)
+        executor.update_parameters(**prep.params, array_parallelism=max_parallel or len(run_ids))
+        with executor.batch():
+            jobs = [executor.submit(StageJob(str(store.root), run_id)) for run_id in run_ids]
+        array = jobs[0].job_id.split("_")[0]
+        for run_id, job in zip(run_ids, jobs):
+            store.add_event(run_id, "job", executor="slurm", job_id=job.job_id, folder=str(folder),
+                            image=prep.image.reference if prep.image else None, array=array, sweep=sweep)
+        echo(f"sweep {sweep}: {len(jobs)} run(s) submitted as Slurm array job {array} "
+             f"%{min(max_parallel or len(jobs), len(jobs))}")
+        for run_id, spec, job in zip(run_ids, specs, jobs):
+            echo(f"{run_id}  {spec.stage:<9} Slurm job {job.job_id}")
 
 
 def job(stage: dict, profile: profiles.Profile, store_root: Path, image: containers.Image | None,
