@@ -406,6 +406,11 @@ def summary(raw: Raw) -> str:
         return text
     if script == "rl_seeds":
         return "the per-seed tables of recipes/tiny/README.md"
+    if script == "bench_sweep":
+        rows = raw.table("submit", "sbatch calls", "wall s")
+        ratio = line(r"the sweep is ([\d.]+x) faster")
+        return ("; ".join(f"{r['submit']} {r['wall s']} s wall, {r['sbatch calls']} sbatch" for r in rows)
+                + f"; the sweep {ratio} faster")
     return "see the file"
 
 

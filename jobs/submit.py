@@ -156,12 +156,13 @@ def _prepare(executor, store_root: Path, plan) -> list:
     that point's facts."""
     if plan.grid is None:
         return executor.prepare(store_root, plan)
+    needs = [_needs(sp) for sp in plan.stages]
     first: dict[tuple, int] = {}
-    for i, sp in enumerate(plan.stages):
-        first.setdefault(_needs(sp), i)
+    for i, need in enumerate(needs):
+        first.setdefault(need, i)
     reps = sorted(set(first.values()))
     done = dict(zip(reps, executor.prepare(store_root, replace(plan, stages=[plan.stages[i] for i in reps]))))
-    return [done[first[_needs(sp)]] for sp in plan.stages]
+    return [done[first[need]] for need in needs]
 
 
 def _needs(sp) -> tuple:
