@@ -191,7 +191,7 @@ def test_an_image_without_torch_is_refused_at_submit_and_fails_in_the_job_in_one
     monkeypatch.setattr(slurm, "probe", lambda *a, **k: None)
     lines: list[str] = []
     assert submit(Request("tiny", "pretrain", ["tracking.wandb=disabled", "tracking.tensorboard=false"],
-                          executor="slurm", profile="bare", store=str(store)), echo=lines.append)
+                          executor="slurm", profile="bare", store=str(store)), echo=lines.append).ok
     run = submitted("\n".join(lines))["pretrain"]
     view = wait_all(store, {"pretrain": run}, env, deadline_s=300)["pretrain"]
     assert view.state == "FAILED"
