@@ -314,7 +314,7 @@ def report(store, ident: str, out, metric: str | None = None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from jobs.report import _fig_svg, _page, inline_svg
+    from jobs.report import fig_svg, inline_svg, page
 
     view, runs, metric, higher, best = ranked(store, ident, metric)
     x_key, others = view.keys[0], view.keys[1:]
@@ -342,12 +342,12 @@ def report(store, ident: str, out, metric: str | None = None):
     ax.legend(fontsize="small")
     ax.set_title(f"sweep {view.id}: {view.recipe}/{view.stage}")
     fig.tight_layout()
-    svg = _fig_svg(fig)
+    svg = fig_svg(fig)
     plt.close(fig)
     table = "\n".join(compare(store, view.id, metric))
     body = (f"<h1>sweep {html.escape(view.id)}</h1>\n{inline_svg(svg)}\n<pre>{html.escape(table)}</pre>")
     path = Path(out) if out else Path(f"report-{view.id}.html")
-    path.write_text(_page(f"sweep {view.id}", body))
+    path.write_text(page(f"sweep {view.id}", body))
     return path
 
 
