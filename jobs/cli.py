@@ -105,23 +105,23 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from jobs import status
+    from jobs import logs
     from jobs.errors import JobsError
 
     if args.task < 0:
         raise JobsError(f"--task must be 0 or more (got {args.task})")
     store = open_store(args)
-    status.follow_logs(store, store.index().resolve_run(args.run), args.task, args.follow)
+    logs.follow_logs(store, store.index().resolve_run(args.run), args.task, args.follow)
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from jobs import status
+    from jobs import cancel
     if args.run.startswith("swp_"):
         from jobs import sweep
         print("\n".join(sweep.cancel(open_store(args), args.run)))
         return 0
-    print(status.cancel_run(open_store(args), args.run))
+    print(cancel.cancel_run(open_store(args), args.run))
     return 0
 
 
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     if "_ARGCOMPLETE" in __import__("os").environ:  # the shell asks for completions (jobs/shell.py)
-        from jobs.shell import complete
+        from jobs.completion import complete
         complete(parser)
     bad = not_utf8(sys.argv[1:] if argv is None else list(argv))
     if bad:
