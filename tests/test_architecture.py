@@ -175,14 +175,28 @@ def test_the_stage_contract_and_the_runtime_load_without_the_launcher():
     assert out.strip() == "[]"
 
 
-#: The names of the store's folders and of a run folder's parts (lineage/layout.py spells them).
-LAYOUT = {"records", "refs", "runs", "code", "imports", "runtime", "logs", "outputs", "attempts", "checkpoints",
-          "keep", "progress.json", "metrics.jsonl"}
+def layout_names(path: Path = ROOT / "lineage" / "layout.py") -> set[str]:
+    """The names of the store's folders and of a run folder's parts, as lineage/layout.py spells them:
+    its string constants and each string it joins onto a path."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple)) for t in node.targets):
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            names |= {v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)}
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant):
+            names.add(node.right.value)
+    return names
+
+
+LAYOUT = layout_names()
+#: The store's bookkeeping folders, which it exposes to lineage/ alone (`Store.records`, `Store.refs`).
+BOOKKEEPING = {"records", "refs"}
 
 
 def layout_strings(path: Path) -> list[str]:
     """`line: text` of each string that builds a store or run-folder path by hand: a layout name
-    joined with `/`, given to Path() or os.path.join, or in a glob pattern."""
+    joined with `/`, given to Path() or os.path.join, or in a glob pattern; and each use of the
+    store's bookkeeping folders (`store.records`, `store.refs`) instead of asking the store."""
     tree = ast.parse(path.read_text(), str(path))
     found = []
 
@@ -195,6 +209,9 @@ def layout_strings(path: Path) -> list[str]:
                 check(part)
 
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in BOOKKEEPING and \
+                not (isinstance(node.value, ast.Name) and node.value.id == "lineage"):   # the modules lineage.records/refs
+            found.append(f"{node.lineno}: .{node.attr}")
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             check(node.left)
             check(node.right)
@@ -219,8 +236,10 @@ def test_only_lineage_spells_the_store_layout():
 def test_the_layout_check_catches_a_hand_made_run_path(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text('def f(store, run):\n    return store.root / "runs" / run / f"logs"\n'
-                   'def g(d):\n    return sorted(d.glob("*/checkpoints/keep/*.json"))\n')
-    assert len(layout_strings(bad)) == 3
+                   'def g(d):\n    return sorted(d.glob("*/checkpoints/keep/*.json"))\n'
+                   'def h(store):\n    return store.refs, lineage.records.strict_json\n')
+    assert len(layout_strings(bad)) == 4
+    assert {"records", "refs", "runs", "logs", "checkpoints", "keep", "metrics.jsonl", "controller.err"} <= LAYOUT
 
 
 # ---- no import circles -----------------------------------------------------------------------

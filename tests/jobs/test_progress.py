@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers import JOBS, run_jobs
-from jobs import logs, progress, status
+from jobs import progress, status
+from jobs.logs import follow_logs
 from jobs.errors import JobsError
 from lineage import Store
 
@@ -136,7 +137,7 @@ def test_logs_show_the_current_attempt_only(tmp_path):
     (logs / "222_0_log.out").write_text(mark.format(j=222) + "second attempt\n")
     (logs / "222_0_log.err").write_text("second stderr\n")
     out: list[str] = []
-    logs.follow_logs(store, run, write=out.append)
+    follow_logs(store, run, write=out.append)
     text = "".join(out)
     assert "second attempt" in text and "second stderr" in text and "first attempt" not in text
     assert "attempt 2, job 222" in text
@@ -146,10 +147,10 @@ def test_logs_show_the_current_attempt_only(tmp_path):
     logs.mkdir(parents=True)
     (logs / "333_0_log.out").write_text(mark.format(j=333) + "first attempt\n" + mark.format(j=333) + "second attempt\n")
     out = []
-    logs.follow_logs(store, run, follow=True, write=out.append)   # returns: the run has ended
+    follow_logs(store, run, follow=True, write=out.append)   # returns: the run has ended
     text = "".join(out)
     assert "second attempt" in text and "first attempt" not in text and text.count("Starting with") == 1
     # Nothing yet: one line, not a traceback.
     store, run = _run_with_attempts(tmp_path / "c", [])
     with pytest.raises(JobsError, match="has no logs yet"):
-        logs.follow_logs(store, run, write=out.append)
+        follow_logs(store, run, write=out.append)

@@ -31,7 +31,7 @@ def check_golden(name: str, text: str) -> None:
     path = GOLDEN / name
     if os.environ.get("JOBS_UPDATE_GOLDEN"):
         path.write_text(text)
-    assert text == path.read_text(), f"rendering changed; if on purpose, rerun with JOBS_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), "rendering changed; if on purpose, rerun with JOBS_UPDATE_GOLDEN=1"
 
 
 def test_gpu_stage_with_container_matches_golden():
@@ -229,7 +229,7 @@ def test_nano3_dry_run_starts_every_stage_through_the_bootstrap(tmp_path):
     digest = bundle.collect().digest.split(":", 1)[1]
     for script in scripts:
         srun = next(line for line in script.splitlines() if line.startswith("srun "))
-        assert "--container-image=nvcr.io#nvidia/nemo" in srun and f"@sha256:" in srun
+        assert "--container-image=nvcr.io#nvidia/nemo" in srun and "@sha256:" in srun
         assert f"--container-mounts={store}:{store},/data:/data " in srun
         assert " python3 -u -m runtime.bootstrap -u -m submitit.core._submit " in srun
         assert f"export JOBS_RUNTIME_BUNDLE={store}/runtime/{digest}\n" in script
