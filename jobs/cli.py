@@ -140,9 +140,7 @@ def not_utf8(argv: list[str]) -> str | None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from jobs import show
-    from jobs.status import check_limit
-
-    from jobs.filters import check_runs_filter
+    from jobs.filters import check_limit, check_runs_filter
 
     check_limit(args.limit)
     store = open_store(args)
@@ -161,7 +159,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from jobs.status import check_limit
+    from jobs.filters import check_limit
 
     check_limit(args.limit)   # as `list` and `status` refuse it, whatever is compared
     if len(args.runs) == 1 and args.runs[0].startswith("swp_"):   # a sweep: its grid, the best point marked

@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from jobs.cancel import cancel  # noqa: F401  (a sweep's cancel uses it as jobs.status's)
-from jobs.errors import JobsError
+from jobs.filters import check_limit
 from jobs.logs import last_error_line
 from jobs.progress import read_progress
 from jobs.reconcile import Live, slurm_job, statuses
@@ -91,19 +91,6 @@ def format_rows(table: list[Row]) -> list[str]:
                 progress += f" ETA {duration(r.eta_s)}"
         lines.append(f"{r.run:<36}  {r.stage:<9} {r.state:<10} {r.slurm:<22} {progress:<34} {r.why}".rstrip())
     return lines
-
-
-#: SQLite's largest integer: a larger --limit is no integer to it.
-SQLITE_MAX = 2**63 - 1
-
-
-def check_limit(limit: int) -> int:
-    """--limit as SQLite can take it: 1 to 2**63 - 1."""
-    if limit < 1:
-        raise JobsError(f"--limit must be at least 1 (got {limit})")
-    if limit > SQLITE_MAX:
-        raise JobsError(f"--limit must be at most {SQLITE_MAX} (got {limit})")
-    return limit
 
 
 def table(store: Store, run: str | None = None, every: bool = False, limit: int = 200,
