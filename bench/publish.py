@@ -98,7 +98,7 @@ class Raw:
         """The 1-minute load average /proc/loadavg gave before or after, else the script's own line."""
         got = self.field(rf"# load average {when} \(/proc/loadavg\): ([\d.]+)", self.text)
         if got is None:
-            got = self.field(rf"load average before: ([\d.]+)" if when == "before" else r"; after: ([\d.]+)",
+            got = self.field(r"load average before: ([\d.]+)" if when == "before" else r"; after: ([\d.]+)",
                              self.text)
         return float(got) if got is not None else None
 

@@ -102,24 +102,24 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from jobs import status
+    from jobs import logs
     from jobs.errors import JobsError
 
     if args.task < 0:
         raise JobsError(f"--task must be 0 or more (got {args.task})")
     store = open_store(args)
-    status.follow_logs(store, store.index().resolve_run(args.run), args.task, args.follow)
+    logs.follow_logs(store, store.index().resolve_run(args.run), args.task, args.follow)
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from jobs import status
+    from jobs import cancel
     from lineage.sweeps import is_sweep
     if is_sweep(args.run):
         from jobs import sweep
         print("\n".join(sweep.cancel(open_store(args), args.run)))
         return 0
-    print(status.cancel_run(open_store(args), args.run))
+    print(cancel.cancel_run(open_store(args), args.run))
     return 0
 
 
@@ -138,9 +138,7 @@ def not_utf8(argv: list[str]) -> str | None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from jobs import show
-    from jobs.status import check_limit
-
-    from jobs.filters import check_runs_filter
+    from jobs.filters import check_limit, check_runs_filter
 
     check_limit(args.limit)
     store = open_store(args)
@@ -159,7 +157,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from jobs.status import check_limit
+    from jobs.filters import check_limit
 
     check_limit(args.limit)   # as `list` and `status` refuse it, whatever is compared
     from lineage.sweeps import is_sweep
@@ -369,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     if "_ARGCOMPLETE" in __import__("os").environ:  # the shell asks for completions (jobs/shell.py)
-        from jobs.shell import complete
+        from jobs.completion import complete
         complete(parser)
     bad = not_utf8(sys.argv[1:] if argv is None else list(argv))
     if bad:

@@ -22,12 +22,10 @@ def settle_drift(old: RunView, plan, executor, allow: bool, echo: Callable[[str]
     the Python environment. Asked before the executor prepares, so an image that moved is refused
     before it is imported. A difference is refused in one line unless `allow`; then the new record
     says what was recorded and what ran (`env_drift`). Returns the facts for the new record."""
-    from dataclasses import asdict
-
     spec = old.spec
     drift: dict = {}
     image_for = getattr(executor, "image_for", None)   # only an executor that runs images has one
-    image = image_for(asdict(plan.stages[0])) if image_for else None
+    image = image_for(plan.stages[0]) if image_for else None
     was, now = spec.container_image, image.reference if image else None
     if was != now:
         drift["container_image"] = {"recorded": was, "ran": now}

@@ -268,8 +268,8 @@ def _check_explicit_roles(explicit: dict[str, str], selected: list) -> None:
 def _resolve(store: Store, text: str, inp: recipes.RecipeInput) -> str:
     from lineage.sweeps import is_sweep
 
-    if is_sweep(text):   # SWEEP:best[METRIC]: the best point's output, as the records say (jobs/sweep.py)
-        from jobs.sweep import best_input
+    if is_sweep(text):   # SWEEP:best[METRIC]: the best point's output, as the records say (jobs/grid.py)
+        from jobs.grid import best_input
 
         return best_input(store, text, inp.kind)
     art_id = store.resolve_artifact(text)

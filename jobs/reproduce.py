@@ -109,7 +109,7 @@ def wait_for(store: Store, run_id: str, echo: Callable[[str], None], poll_s: flo
     saying each change of its state once."""
     import time
 
-    from jobs.status import statuses
+    from jobs.reconcile import statuses
     from lineage.states import TERMINAL
 
     said = None

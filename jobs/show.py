@@ -60,10 +60,10 @@ def print_runs(rows: Iterable, as_json: bool = False, store=None, metric: str | 
 
 def _state(store, row: dict) -> str:
     """A running run whose process is gone without recording an end is LOST here, as `jobs status`
-    folds it (jobs.status.lost; computed on read, nothing written)."""
+    folds it (jobs.reconcile.lost; computed on read, nothing written)."""
     if store is None or row["state"] != "RUNNING":
         return row["state"] or "?"
-    from jobs.status import lost
+    from jobs.reconcile import lost
 
     return lost(store.run(row["id"])).state
 
@@ -115,7 +115,7 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
 
 
 def print_run(store, idx, run_id: str) -> None:
-    from jobs.status import lost
+    from jobs.reconcile import lost
 
     v = lost(store.run(run_id))   # a vanished process: LOST, as every view says
     s = v.spec
@@ -307,23 +307,3 @@ def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
     if len(lines) == n:
         lines.append("  (none yet)")
     return "\n".join(lines)
-
-
-def format_plan(plan, store=None) -> str:
-    """A local dry run: what each stage would run with (its inputs by ID and by the name each was
-    registered as, when `store` is given), and what it would launch when its module can tell
-    (`preview(config, resources)`: the Megatron-Bridge overrides, the NeMo RL config)."""
-    import importlib
-
-    idx = store.index() if store is not None and any(sp.inputs for sp in plan.stages) else None
-    out = []
-    for sp in plan.stages:
-        out.append(f"### {sp.recipe}/{sp.stage}  ({sp.module})")
-        out += [f"input  {role:<10} {art}{_own_name(idx, art)}" for role, art in sorted(sp.inputs.items())]
-        out += [f"input  {role:<10} <- {stage}.{o} of this submission" for role, (stage, o) in sorted(sp.upstream.items())]
-        out.append("config " + json.dumps(sp.config, sort_keys=True))
-        preview = getattr(importlib.import_module(sp.module), "preview", None)
-        text = preview(sp.config, sp.resources) if preview else None
-        if text:
-            out.append(text.rstrip("\n"))
-    return "\n".join(out)

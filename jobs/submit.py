@@ -95,7 +95,7 @@ def submit(req: Request, echo: Callable[[str], None] = print) -> Submitted:
     verify_inputs(store, plan)   # dry runs too: a dry run that passes means the submit would
     if req.dry_run:
         if plan.grid:
-            from jobs.sweep import said
+            from jobs.grid import said
 
             echo(f"# sweep of {len(plan.stages)} point(s) of {plan.recipe}/{plan.stages[0].stage}")
             echo("\n".join(f"#   point {i}: {said(p)}" for i, p in enumerate(plan.grid.values)))
@@ -138,10 +138,10 @@ def _plan(req: Request, store, original):
     if original is not None:
         return plan_from_record(store, original, req.executor)
     if req.sweep:
-        from jobs import sweep
+        from jobs import grid
 
-        axes = sweep.parse(req.sweep, sweep.max_points(req.executor))
-        plan = make_sweep_plan(store, req.recipe, req.stages, [a.key for a in axes], sweep.grid(axes),
+        axes = grid.parse(req.sweep, grid.max_points(req.executor))
+        plan = make_sweep_plan(store, req.recipe, req.stages, [a.key for a in axes], grid.grid(axes),
                                req.overrides, req.inputs, req.executor)
     else:
         plan = make_plan(store, req.recipe, req.stages, overrides=req.overrides, inputs=req.inputs,
@@ -219,7 +219,7 @@ def _say_settled(store, plan, settled, run_ids: list[str], echo) -> str | None:
                      f"({outs}); --force re-runs")
         echo(f"recorded {len(run_ids)} run(s) in {store.root}")
         return None
-    from jobs.sweep import said
+    from jobs.grid import said
 
     values = plan.grid.values
     sweep = settled[0].spec.sweep["id"]

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from jobs.executors import Prepared
+from jobs.executors.base import Prepared
 from lineage import Store
 from lineage.layout import RunDir
 from lineage.states import RunState
@@ -33,7 +33,7 @@ class LocalExecutor:
     def dry_run(self, store_root, plan, max_parallel: int | None = None) -> str:
         from dataclasses import replace
 
-        from jobs.show import format_plan
+        from jobs.preview import format_plan
 
         if plan.grid is not None:   # a sweep's points share their stage: its first point shows them
             plan = replace(plan, stages=plan.stages[:1], grid=None)
@@ -136,7 +136,7 @@ def interrupted(store: Store, job, run_ids: list[str], echo: Callable[[str], Non
     every stage after it, is recorded CANCELLED, so no view says RUNNING (or QUEUED) for a process
     that is gone. A stage that recorded its own end keeps it."""
     from jobs.errors import JobsError
-    from jobs.status import _close_attempts, cancel
+    from jobs.cancel import cancel, close_attempts
     from lineage.states import TERMINAL
 
     keep = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C does not cut this short
@@ -153,12 +153,13 @@ def interrupted(store: Store, job, run_ids: list[str], echo: Callable[[str], Non
                 cancel(store, view, reason=reason)
             except JobsError:   # its process is already gone: record the end it could not
                 store.add_event(run_id, "status", state=RunState.CANCELLED, reason=reason)
-                _close_attempts(store, view, reason)
+                close_attempts(store, view, reason)
             echo(f"{run_id}  {view.spec.stage:<9} CANCELLED: {reason}")
-        controller = getattr(job, "_process", None)
-        if controller is not None and controller.poll() is None:
-            controller.kill()
-            controller.wait()
+        if not job.done():   # submitit's controller ends on SIGINT (its cancel), after stopping its tasks
+            job.cancel(check=False)
+            deadline = time.monotonic() + 5.0
+            while not job.done() and time.monotonic() < deadline:
+                time.sleep(0.1)
     finally:
         signal.signal(signal.SIGINT, keep)
 

@@ -34,7 +34,7 @@ import random
 import re
 from pathlib import Path
 
-from stages.schema import Bool, Float, Int, List, Map, Str, check
+from stages.schema import Bool, Int, List, Map, Str, check
 from stages.prep import placeholders as ph, sources as src
 from stages.prep.pretrain import NAME, source_problems
 from stages.contract import StageError

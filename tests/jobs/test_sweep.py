@@ -11,7 +11,7 @@ import pytest
 
 from helpers import run_jobs, tree_digest
 from jobs.errors import RecipeError
-from jobs.sweep import grid, parse
+from jobs.grid import grid, parse
 from lineage import Store
 from lineage import sweeps as records
 

@@ -40,7 +40,7 @@ def dev_image():
 
 
 def write_profiles(tmp_path: Path, **extra: str) -> dict:
-    lines = [f"host: {{partition: debug, containers: false, cpus_per_task: 2}}",
+    lines = ["host: {partition: debug, containers: false, cpus_per_task: 2}",
              f"ch: {{partition: debug, cpus_per_task: 2, container_runtime: charliecloud, container_dir: '{SQSH}'}}"]
     lines += [f"{name}: {body}" for name, body in extra.items()]
     (tmp_path / "profiles.yaml").write_text("\n".join(lines) + "\n")

@@ -2,7 +2,6 @@
 same greedy answers, pass@k equal to what the written samples give, the chat template applied.
 A model trained in seconds, not the pipeline's: the point is the engine path, not accuracy."""
 import json
-from pathlib import Path
 
 import pytest
 
