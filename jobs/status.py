@@ -89,10 +89,10 @@ def reconcile(store: Store, view: RunView, live: Live | None) -> RunView:
         else:
             reason = "cancelled in Slurm" + (f" ({live.reason})" if live.reason else "")
         store.add_event(view.id, "status", state=RunState.CANCELLED, reason=reason)
-    elif live.state in FAILED_STATES:
-        store.add_event(view.id, "status", state=RunState.FAILED, reason=f"Slurm ended the job: {live.state} exit {live.exit_code}")
-    elif live.state == "COMPLETED":
-        store.add_event(view.id, "status", state=RunState.FAILED, reason="the job ended without recording its outputs")
+    elif live.state in FAILED_STATES or live.state == "COMPLETED":   # classified: jobs/triage.py
+        from jobs.triage import record_slurm_failure
+
+        record_slurm_failure(store, view, live.state, live.exit_code, slurm_job(view))
     else:
         return view
     return store.run(view.id)
@@ -206,6 +206,8 @@ def pending_why(live: Live) -> str:
 
 def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row]:
     """Each run joined with Slurm (recording ends only Slurm saw), with its progress when running."""
+    from jobs.triage import attempts_note
+
     now = time.time() if now is None else now
     out = []
     for view, live in statuses(store, run_ids):
@@ -215,6 +217,9 @@ def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row
                   why=(live.reason if live and live.reason else "") or (view.reason or ""))
         if live is not None and live.state == "PENDING" and view.state not in TERMINAL:
             row.why = pending_why(live)
+        note = attempts_note(view)   # each failed attempt's class (jobs/triage.py)
+        if note:
+            row.why = f"{row.why}; {note}" if row.why else note
         if view.state == RunState.FAILED:
             said = last_error_line(store, view)
             if said and said not in row.why:

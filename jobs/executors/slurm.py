@@ -24,6 +24,7 @@ from jobs.errors import ExecutorError
 from jobs.executors import Prepared
 from jobs.provenance import PROJECT_ROOT
 from lineage import Store
+from lineage.failures import budget
 from lineage.layout import RUNTIME, RunDir, run_path
 from runtime import cpu
 from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
@@ -345,7 +346,8 @@ class SlurmExecutor:
         with tempfile.TemporaryDirectory() as tmp:
             for stage in _stages(plan):
                 image = self.image_for(stage)
-                record = {"container_image": image.reference if image else None, "profile": profile.name}
+                record = {"container_image": image.reference if image else None, "profile": profile.name,
+                          "retries": budget(stage.get("resources", {}).get("retries"), profile.retries)}
                 where = None
                 if image is not None:
                     if profile.container_runtime == "pyxis":

@@ -1,0 +1,92 @@
+"""A failed attempt's class, from the login node: what only Slurm saw, and the `--failed` filter.
+
+The job records the class of an end it lives to see (runtime/entry.py). An end it never saw (killed
+at the time limit, its node lost, killed for memory) is noticed by `jobs status` (jobs/status.py
+reconcile): here it is classified (lineage/failures.py) from sacct's State, ExitCode and
+DerivedExitCode, the node's state now, and the last lines of the job's stderr, and recorded on the
+open attempt and in the run's FAILED reason.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from jobs import filters
+from lineage import Store
+from lineage.failures import CLASSES, Facts, classify
+from lineage.states import RunState
+from lineage.store import RunView
+
+#: Bytes read from the end of the job's stderr for its last lines.
+LOG_TAIL = 16 << 10
+
+
+def log_tail(store: Store, view: RunView, lines: int = 20) -> tuple[str, ...]:
+    """The last non-blank lines of the current attempt's stderr (none when there is no such file)."""
+    from jobs.status import current_job, log_folder, open_regular
+
+    job, _ = current_job(view)
+    if not job:
+        return ()
+    try:
+        f = open_regular(log_folder(store, view) / f"{job}_0_log.err")
+    except OSError:
+        return ()
+    if f is None:
+        return ()
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - LOG_TAIL))
+        text = f.read().decode(errors="replace")
+    return tuple(line.strip() for line in text.splitlines() if line.strip())[-lines:]
+
+
+def slurm_failure(store: Store, view: RunView, state: str, exit_code: str, job: str | None) -> tuple[str, str]:
+    """(class, reason) of a Slurm job that ended without the entry recording it."""
+    from runtime.attempts import slurm_facts
+
+    row = (slurm_facts(job) if job else None) or {}
+    facts = Facts(state=row.get("State") or state, exit_code=row.get("ExitCode") or exit_code,
+                  derived_exit_code=row.get("DerivedExitCode"), node_state=row.get("node_state"),
+                  log_tail=log_tail(store, view))
+    cls = classify(facts)
+    if state == "COMPLETED":
+        return cls, f"{cls}: the job ended without recording its outputs"
+    return cls, f"{cls}: Slurm ended the job: {state} exit {exit_code}"
+
+
+def record_slurm_failure(store: Store, view: RunView, state: str, exit_code: str, job: str | None) -> None:
+    """The run FAILED with its class, and its open attempt closed with it."""
+    cls, reason = slurm_failure(store, view, state, exit_code, job)
+    for a in view.attempts:
+        if a.get("start") and not a.get("end") and "exit" not in a:
+            store.add_event(view.id, "attempt", attempt=a["attempt"], exit="interrupted", noticed=time.time(),
+                            reason=f"Slurm ended the job: {state}", failure_class=cls)
+    store.add_event(view.id, "status", state=RunState.FAILED, reason=reason, failure_class=cls)
+
+
+def attempts_note(view: RunView) -> str:
+    """`jobs status`'s words for the failed attempts: "attempts: #1 preempted, #2 time_limit" ("" if none)."""
+    failed = [f"#{a['attempt']} {a['failure_class']}" for a in view.attempts if a.get("failure_class")]
+    return f"attempts: {', '.join(failed)}" if failed else ""
+
+
+def check_failed_filter(value: str | None) -> None:
+    """`jobs list --failed CLASS`: one of lineage/failures.py's classes, or one line and exit 2."""
+    filters.check("--failed", value, CLASSES)
+
+
+def failed_runs(idx, cls: str, recipe: str | None = None, stage: str | None = None,
+                limit: int | None = None) -> list:
+    """FAILED runs whose failure (the status event that set the state) is of class `cls`, newest first."""
+    sql = ("SELECT r.* FROM runs r JOIN events e ON e.id = r.state_event WHERE r.state = ?"
+           " AND json_extract(e.body, '$.failure_class') = ?")
+    args: list = [RunState.FAILED.value, cls]
+    if recipe:
+        sql, args = sql + " AND r.recipe = ?", args + [recipe]
+    if stage:
+        sql, args = sql + " AND r.stage = ?", args + [stage]
+    sql += " ORDER BY r.id DESC"
+    if limit:
+        sql += f" LIMIT {int(limit)}"
+    return idx.db.execute(sql, args).fetchall()
