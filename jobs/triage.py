@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 from jobs import filters
 from lineage import Store
@@ -41,14 +42,43 @@ def log_tail(store: Store, view: RunView, lines: int = 20) -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip())[-lines:]
 
 
+#: sacct's fields of a job's steps (its latest instance), for the signal that ended a step.
+STEP_FIELDS = "JobID,State,ExitCode"
+
+
+def step_signal(steps: str) -> int | None:
+    """The signal that ended one of the job's steps (`sacct -n -P -j JOB -o STEP_FIELDS`), e.g. 9
+    for an srun task the kernel killed; None when none was."""
+    found = []
+    for line in steps.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and "." in parts[0]:
+            sig = parts[2].partition(":")[2]
+            found += [int(sig)] if sig.isdigit() and int(sig) else []
+    return max(found) if found else None
+
+
+def facts_of(sacct: str, steps: str, log: tuple[str, ...], node_state: str | None = None) -> Facts:
+    """What Slurm kept of a job's latest ended instance (runtime.attempts.SACCT_FIELDS lines with
+    -X -D; its steps' STEP_FIELDS lines) and its log's last lines, as lineage/failures.py's Facts."""
+    from runtime.attempts import failure_facts, parse_sacct
+
+    ended = parse_sacct(sacct)
+    row = {**(ended[-1] if ended else {}), "node_state": node_state}
+    facts = failure_facts(row)
+    return replace(facts, signal=step_signal(steps), log_tail=tuple(log))
+
+
 def slurm_failure(store: Store, view: RunView, state: str, exit_code: str, job: str | None) -> tuple[str, str]:
     """(class, reason) of a Slurm job that ended without the entry recording it."""
-    from runtime.attempts import slurm_facts
+    from runtime.attempts import SACCT_FIELDS, node_state, parse_sacct, slurm_output
 
-    row = (slurm_facts(job) if job else None) or {}
-    facts = Facts(state=row.get("State") or state, exit_code=row.get("ExitCode") or exit_code,
-                  derived_exit_code=row.get("DerivedExitCode"), node_state=row.get("node_state"),
-                  log_tail=log_tail(store, view))
+    sacct = slurm_output("sacct", "-n", "-P", "-X", "-D", "-j", job, "-o", SACCT_FIELDS) if job else ""
+    steps = slurm_output("sacct", "-n", "-P", "-j", job, "-o", STEP_FIELDS) if job else ""
+    ended = parse_sacct(sacct)
+    facts = facts_of(sacct, steps, log_tail(store, view), node_state(ended[-1]["NodeList"]) if ended else None)
+    if not facts.state:   # sacct has not heard of the end yet: squeue's word for it
+        facts = replace(facts, state=state, exit_code=exit_code)
     cls = classify(facts)
     if state == "COMPLETED":
         return cls, f"{cls}: the job ended without recording its outputs"

@@ -52,7 +52,9 @@ _BY_STATE = {"NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure", "OUT_OF_M
 _BY_LOG = (
     (re.compile(r"DUE TO NODE FAILURE"), "node_failure"),
     (re.compile(r"DUE TO TIME LIMIT"), "time_limit"),
-    (re.compile(r"DUE TO PREEMPTION"), "preempted"),
+    (re.compile(r"DUE TO PREEMPTION|DUE TO JOB REQUEUE"), "preempted"),
+    # srun's word for a task ended by SIGKILL: nothing of Slurm's own sent it (its kills carry a state)
+    (re.compile(r"task \d+: Killed$"), "out_of_memory"),
     (re.compile(r"exceeded (job )?memory limit|oom[-_ ]kill|Out of memory|out of memory|"
                 r"[Cc]an(no|')t allocate memory", re.I), "out_of_memory"),
 )
@@ -103,10 +105,6 @@ def _signal(facts: Facts) -> int | None:
     return None
 
 
-def _failed_code(facts: Facts) -> bool:
-    return any((c or "").partition(":")[0] not in ("", "0") for c in (facts.exit_code, facts.derived_exit_code))
-
-
 def classify(facts: Facts) -> str:
     """The one class of a failed attempt (one of CLASSES)."""
     if facts.error:
@@ -131,7 +129,7 @@ def classify(facts: Facts) -> str:
         m = _EXC_LINE.match(line.strip())
         if m:
             return _by_names({m.group(1)}) or "code_error"
-    if _signal(facts) == 9 and not _failed_code(facts):
+    if _signal(facts) == 9:
         return "out_of_memory"   # Slurm's own kills carry their state; an unexplained SIGKILL is the OOM killer's
     return "code_error"
 

@@ -31,7 +31,7 @@ BATCH_START_ENV = "JOBS_BATCH_START"
 TIME_LIMIT_WINDOW_S = USR2_LEAD_S + 60
 
 
-def _slurm(*args: str) -> str:
+def slurm_output(*args: str) -> str:
     try:
         return subprocess.run(args, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
@@ -57,7 +57,7 @@ def stop() -> tuple[str, str]:
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return "preempted", "asked to stop; requeued"
-    left = _seconds(_slurm("squeue", "-h", "-j", job, "-o", "%L"))
+    left = _seconds(slurm_output("squeue", "-h", "-j", job, "-o", "%L"))
     if left is not None and left <= TIME_LIMIT_WINDOW_S:
         return "time_limit", f"time limit ({left:.0f} s left at USR2); requeued"
     return "preempted", "preempted (USR2 with time left); requeued"
@@ -85,13 +85,13 @@ def node_state(nodes: str) -> str | None:
     first = nodes.split(",")[0].strip()
     if not first or first in ("None", "(null)") or "[" in first:
         return None
-    out = _slurm("sinfo", "-h", "-N", "-n", first, "-o", "%T").split()
+    out = slurm_output("sinfo", "-h", "-N", "-n", first, "-o", "%T").split()
     return out[0] if out else None
 
 
 def slurm_facts(job_id: str) -> dict | None:
     """sacct's record of the last ended instance of a requeued job, with its node's state now."""
-    ended = parse_sacct(_slurm("sacct", "-n", "-P", "-X", "-D", "-j", str(job_id), "-o", SACCT_FIELDS))
+    ended = parse_sacct(slurm_output("sacct", "-n", "-P", "-X", "-D", "-j", str(job_id), "-o", SACCT_FIELDS))
     if not ended:
         return None
     last = ended[-1]
