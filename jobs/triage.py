@@ -88,11 +88,42 @@ def slurm_failure(store: Store, view: RunView, state: str, exit_code: str, job: 
 def record_slurm_failure(store: Store, view: RunView, state: str, exit_code: str, job: str | None) -> None:
     """The run FAILED with its class, and its open attempt closed with it."""
     cls, reason = slurm_failure(store, view, state, exit_code, job)
+    close_open_attempts(store, view, cls, f"Slurm ended the job: {state}")
+    store.add_event(view.id, "status", state=RunState.FAILED, reason=reason, failure_class=cls)
+
+
+def local_death(returncode: int | None, log: tuple[str, ...]) -> tuple[str, str]:
+    """(class, reason) of a local job process that ended without recording its end: the signal
+    that killed it (a negative return code) and its stderr's last lines."""
+    sig = -returncode if returncode is not None and returncode < 0 else None
+    code = f"{returncode}:0" if returncode is not None and returncode > 0 else None
+    cls = classify(Facts(signal=sig, exit_code=code, log_tail=log))
+    # submitit's local controller keeps no exit status of the task it ran: often nothing tells why.
+    how = f" (signal {sig})" if sig else f" (exit {returncode})" if code else "" if log else " (nothing it left says why)"
+    return cls, f"{cls}: the job process died before recording an end{how}"
+
+
+def record_local_death(store: Store, view: RunView, job) -> None:
+    """A local run whose process (submitit's LocalJob `job`) died without a word: FAILED with its class."""
+    process = getattr(job, "_process", None)
+    returncode = process.poll() if process is not None else None
+    try:
+        with open(job.paths.stderr, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL))
+            log = tuple(x.strip() for x in f.read().decode(errors="replace").splitlines() if x.strip())[-20:]
+    except OSError:
+        log = ()
+    cls, reason = local_death(returncode, log)
+    close_open_attempts(store, view, cls, reason.split(": ", 1)[1])
+    store.add_event(view.id, "status", state=RunState.FAILED, reason=reason, failure_class=cls)
+
+
+def close_open_attempts(store: Store, view: RunView, cls: str, reason: str) -> None:
+    """Each attempt that started and recorded no end ends now, with the class of the failure."""
     for a in view.attempts:
         if a.get("start") and not a.get("end") and "exit" not in a:
             store.add_event(view.id, "attempt", attempt=a["attempt"], exit="interrupted", noticed=time.time(),
-                            reason=f"Slurm ended the job: {state}", failure_class=cls)
-    store.add_event(view.id, "status", state=RunState.FAILED, reason=reason, failure_class=cls)
+                            reason=reason, failure_class=cls)
 
 
 def attempts_note(view: RunView) -> str:

@@ -3,9 +3,13 @@ and the retry budget refused at submit, in one line, before anything is written.
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from helpers import run_jobs, tree_state
+from jobs.triage import local_death
 from lineage import Store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -63,3 +67,18 @@ def test_a_bad_retry_budget_is_refused_at_submit_in_one_line(tmp_path):
         r = run_jobs(store, "submit", "testchain", "--stage", "count", *args, env={**ENV, **extra})
         assert r.code == 2 and len(r.err.splitlines()) == 1 and r.err.startswith("jobs: ") and says in r.err, r.err
         assert not store.exists()
+
+
+
+def test_a_process_killed_by_sigkill_is_out_of_memory_and_one_that_raised_is_not():
+    """What a local job's death leaves, from real processes: SIGKILL (the kernel OOM killer's signal)."""
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    assert local_death(killed.returncode, ()) == \
+        ("out_of_memory", "out_of_memory: the job process died before recording an end (signal 9)")
+    raised = subprocess.run([sys.executable, "-c", "import no_such_library_here"], capture_output=True, text=True)
+    log = tuple(line for line in raised.stderr.splitlines() if line.strip())
+    assert local_death(raised.returncode, log)[0] == "environment"
+    assert local_death(None, ()) == ("code_error", "code_error: the job process died before recording an end "
+                                                   "(nothing it left says why)")
