@@ -1,9 +1,10 @@
 """Why an attempt of a run ended, in words `jobs show` prints: preempted, time limit, node failure,
-requeued by hand, error.
+requeued by hand, error; and its failure class (lineage/failures.py).
 
-An attempt that checkpointed on Slurm's USR2 records its reason itself (`stop_reason`). One that
+An attempt that checkpointed on Slurm's USR2 records its reason and class itself (`stop`). One that
 never recorded its end (the node died, `scontrol requeue`, the process was killed) is closed by the
-next attempt (`close_interrupted`), with the reason sacct keeps for that instance of the job.
+next attempt (`close_interrupted`), with the reason sacct keeps for that instance of the job and the
+class that record gets; runtime/entry.py then holds either against the run's retry budget.
 """
 from __future__ import annotations
 
@@ -61,10 +62,6 @@ def stop() -> tuple[str, str]:
     if left is not None and left <= TIME_LIMIT_WINDOW_S:
         return "time_limit", f"time limit ({left:.0f} s left at USR2); requeued"
     return "preempted", "preempted (USR2 with time left); requeued"
-
-
-def stop_reason() -> str:
-    return stop()[1]
 
 
 #: sacct's fields of one ended instance of a job, as `slurm_facts` reads them.

@@ -387,7 +387,9 @@ class SlurmExecutor:
             spec = store.run_spec(run_id)
             ups = sorted({job_of[ref["run"]] for ref in spec.pending_inputs.values()})
             folder = RunDir(store.run_dir(run_id)).logs
-            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image))
+            # submitit refuses a requeue past its own count of time-outs: the run's budget is that count.
+            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image),
+                                              max_num_timeout=budget(spec.retries)["time_limit"])
             params = dict(prep.params)
             if ups:
                 params["dependency"] = "afterok:" + ":".join(ups)
@@ -417,7 +419,8 @@ class SlurmExecutor:
         arrays = []
         for members in groups.values():
             prep = prepared[members[0]]
-            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image))
+            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image),
+                                              max_num_timeout=budget(store.run_spec(run_ids[members[0]]).retries)["time_limit"])
             executor.update_parameters(**prep.params, array_parallelism=max_parallel or len(members))
             with executor.batch():
                 jobs = [executor.submit(StageJob(str(store.root), run_ids[i])) for i in members]
