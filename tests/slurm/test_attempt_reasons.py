@@ -32,7 +32,8 @@ def test_usr2_before_the_time_limit_is_recorded_as_time_limit(tmp_path, env):
     assert view.attempts[0]["reason"].startswith("time limit (") and view.attempts[-1]["exit"] == 0
     lines = attempt_lines(store, run, env)
     assert lines[0] == f"attempts  {len(view.attempts)}"
-    assert "exit requeued  (time limit (" in lines[1]
+    assert view.attempts[0]["failure_class"] == "time_limit"   # within the default budget: requeued
+    assert "exit requeued  class time_limit  (time limit (" in lines[1]
 
 
 def test_requeue_without_warning_is_closed_by_the_next_attempt_with_sacct_state(tmp_path, env):
