@@ -4,7 +4,8 @@ The job records the class of an end it lives to see (runtime/entry.py). An end i
 at the time limit, its node lost, killed for memory) is noticed by `jobs status` (jobs/status.py
 reconcile): here it is classified (lineage/failures.py) from sacct's State, ExitCode and
 DerivedExitCode, the node's state now, and the last lines of the job's stderr, and recorded on the
-open attempt and in the run's FAILED reason.
+open attempt and in the run's FAILED reason. A local job process that died without a word is
+classified the same way by the local executor (`record_local_death`).
 """
 from __future__ import annotations
 

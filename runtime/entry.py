@@ -262,6 +262,8 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
 
             cls, reason = stop()
             over = spent([*store.run(run_id).attempts, {"failure_class": cls}], cls, spec.retries)
+            if over:
+                reason = reason.removesuffix("; requeued") + "; not requeued (retry budget spent)"
             end(exit="stopped" if over else "requeued", reason=reason, failure_class=cls)
             if over:   # checkpoint() sees this error and hands submitit nothing to requeue
                 store.add_event(run_id, "status", state=RunState.FAILED, reason=over, failure_class=cls)

@@ -98,6 +98,9 @@ def test_a_time_limit_beyond_the_budget_fails_the_run_as_time_limit(tmp_path, en
     # killed it at the limit first and `jobs status` classified what sacct said: time_limit both ways.
     assert view.state == "FAILED" and view.reason.startswith("time_limit: "), view.reason
     assert [a.get("failure_class") for a in view.attempts] == ["time_limit"], view.attempts
+    if view.attempts[0]["exit"] == "stopped":   # the entry's refusal, naming the class and the count
+        assert view.reason == "time_limit: 1 attempt ended so, the retry budget allows 0 requeues (retries.time_limit)"
+        assert view.attempts[0]["reason"].endswith("; not requeued (retry budget spent)"), view.attempts[0]
     status = run_jobs(store, "status", run, env=env).out
     assert "attempts: #1 time_limit" in status, status
 
