@@ -138,11 +138,18 @@ def not_utf8(argv: list[str]) -> str | None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from jobs import show
-    from jobs.filters import check_limit, check_runs_filter
+    from jobs.filters import check_failed, check_limit, check_runs_filter
 
     check_limit(args.limit)
     store = open_store(args)
     check_runs_filter(store.index(), args.recipe, args.stage)
+    if args.failed is not None:   # runs that failed in this class (jobs/triage.py)
+        from jobs import triage
+
+        check_failed(args.failed)
+        show.print_runs(triage.failed_runs(store.index(), args.failed, args.recipe, args.stage, args.limit),
+                        args.json, store=store, metric=args.metric, lines=args.jsonl)
+        return 0
     if args.sweep is not None:
         from jobs import sweep
         if args.sweep == "":
@@ -302,7 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     command("cancel", cmd_cancel, "cancel a run (scancel on Slurm)", a("run"))
     command("list", cmd_list, "runs, newest first, with how long each ran", a("--recipe"), a("--stage"),
             a("--limit", type=int, default=50), a("--metric", help="add a column: this metric's last value (e.g. eval/exact_match)"),
-            as_json, as_jsonl, a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"))
+            as_json, as_jsonl, a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"),
+            a("--failed", metavar="CLASS", help="FAILED runs whose failure is of this class (preempted, node_failure, "
+                                                "time_limit, out_of_memory, environment, config_refused, bad_input, "
+                                                "code_error, gate)"))
     command("show", cmd_show, "a run's or an artifact's record",
             a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json)
     command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json, as_jsonl)

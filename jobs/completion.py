@@ -178,12 +178,21 @@ def profile_names(prefix, parsed_args):
     return sorted(yaml.safe_load(path.read_text()) or {})
 
 
+@_quiet
+def failure_classes(prefix, parsed_args):
+    """`list --failed`: the failure classes (lineage/failures.py)."""
+    from lineage.failures import CLASSES
+
+    return list(CLASSES)
+
+
 COMPLETERS = {   # (subcommand, dest) -> completer; None: every subcommand with that dest
     ("submit", "recipe"): recipe_names, ("submit", "stage"): stage_names, ("submit", "input"): input_pairs,
     ("submit", "overrides"): config_keys, (None, "profile"): profile_names, (None, "kind"): kinds,
     (None, "recipe"): recipe_names, ("show", "id"): anything, ("lineage", "id"): anything,
     ("report", "id"): anything, ("export", "id"): anything, ("verify", "id"): aliases,
     ("list", "stage"): stages_known, ("compare", "stage"): stages_known, ("list", "sweep"): sweep_ids,
+    ("list", "failed"): failure_classes,
     ("compare", "runs"): runs_or_sweeps, ("status", "run"): runs_or_sweeps, ("cancel", "run"): runs_or_sweeps,
     ("logs", "run"): run_ids, ("reproduce", "run"): run_ids, ("pin", "run"): run_ids,
     ("diff", "a"): run_ids, ("diff", "b"): run_ids,

@@ -59,3 +59,10 @@ def check_limit(limit: int) -> int:
     if limit > SQLITE_MAX:
         raise JobsError(f"--limit must be at most {SQLITE_MAX} (got {limit})")
     return limit
+
+
+def check_failed(value: str | None) -> None:
+    """`jobs list --failed CLASS`: one of lineage/failures.py's classes, or one line and exit 2."""
+    from lineage.failures import CLASSES
+
+    check("--failed", value, CLASSES)

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Callable
 
 from jobs.errors import JobsError
+from jobs.logfiles import current_job, log_folder, log_paths
 from jobs.reconcile import lost, slurm_job, statuses
 from lineage import Store
-from lineage.layout import RunDir
 from lineage.records import open_regular
 from lineage.states import TERMINAL, RunState
 from lineage.store import RunView
@@ -21,34 +21,7 @@ from lineage.store import RunView
 ATTEMPT_MARK = b" - Starting with JobEnvironment("
 
 
-def current_job(view: RunView) -> tuple[str | None, int]:
-    """(job ID, attempt number) of the run's current attempt: the last one started, else the last
-    job submitted (attempt 0: not started yet)."""
-    started = [a for a in view.attempts if a.get("start") and a.get("job_id")]
-    if started:   # an array task's files are named by its "<array>_<task>" ID, not SLURM_JOB_ID
-        array = view.jobs[-1]["job_id"] if view.jobs and view.jobs[-1].get("array") else None
-        return str(array or started[-1]["job_id"]), started[-1]["attempt"]
-    return (str(view.jobs[-1]["job_id"]) if view.jobs else None), 0
-
-
 ERROR_WORDS = re.compile(r"error|unrecognized|denied|killed|exception|fatal|not found|no such", re.I)
-
-
-def log_folder(store: Store, view: RunView) -> Path:
-    """Where the run's job logs are: its own logs/, or its sweep's folder for an array task."""
-    jobs = view.jobs
-    if jobs and jobs[-1].get("sweep") and jobs[-1].get("folder"):   # a sweep's tasks share its folder
-        return Path(jobs[-1]["folder"])
-    return RunDir(store.run_dir(view.id)).logs
-
-
-def log_paths(folder: Path, job: str, task: int = 0) -> tuple[Path, Path]:
-    """(stdout, stderr) of one task of a job, named as submitit names them (its JobPaths): an array
-    task's job is "<array>_<task>"."""
-    from submitit.core.utils import JobPaths
-
-    paths = JobPaths(folder, job_id=str(job), task_id=task)
-    return paths.stdout, paths.stderr
 
 
 def last_error_line(store: Store, view: RunView, tail: int = 16 << 10) -> str | None:

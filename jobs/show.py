@@ -154,7 +154,8 @@ def print_run(store, idx, run_id: str) -> None:
         why = a.get("reason") or (a.get("error") if a.get("exit") == "error" else None)
         kernels = f" ({a['cpu_kernels']})" if a.get("cpu_kernels") else ""
         print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}{kernels}  {_when(a.get('start'))}  {took}  "
-              f"exit {a.get('exit', '-')}" + (f"  ({why})" if why else ""))
+              f"exit {a.get('exit', '-')}" + (f"  class {a['failure_class']}" if a.get("failure_class") else "")
+              + (f"  ({why})" if why else ""))
     for name, where in sorted(v.trackers.items()):
         print(f"tracker   {name:<10} {where}")
     if v.metrics:

@@ -52,6 +52,8 @@ def pending_why(live: Live) -> str:
 
 def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row]:
     """Each run joined with Slurm (recording ends only Slurm saw), with its progress when running."""
+    from jobs.triage import attempts_note
+
     now = time.time() if now is None else now
     out = []
     for view, live in statuses(store, run_ids):
@@ -61,6 +63,9 @@ def rows(store: Store, run_ids: list[str], now: float | None = None) -> list[Row
                   why=(live.reason if live and live.reason else "") or (view.reason or ""))
         if live is not None and live.state == "PENDING" and view.state not in TERMINAL:
             row.why = pending_why(live)
+        note = attempts_note(view)   # each failed attempt's class (jobs/triage.py)
+        if note:
+            row.why = f"{row.why}; {note}" if row.why else note
         if view.state == RunState.FAILED:
             said = last_error_line(store, view)
             if said and said not in row.why:

@@ -22,10 +22,11 @@ from typing import Iterator
 import submitit
 
 from lineage import Store
+from lineage.failures import Facts, classify, error_names, spent
 from lineage.runspec import RunSpec
 from lineage.states import RunState
 from runtime.attempts import BATCH_START_ENV, STOP_GRACE_S
-from runtime.errors import CorruptInput, JobFailed, UpstreamFailed
+from runtime.errors import CorruptInput, JobFailed, RetriesSpent, UpstreamFailed
 from runtime.image import NODE_ADDRS_ENV, check_image, ran_in
 from stages.contract import Distributed, Requeue, Resources, StageContext
 
@@ -206,7 +207,12 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
     if main:
         from runtime.attempts import close_interrupted
 
-        close_interrupted(store, view, attempt)  # an earlier attempt that died without a word
+        closed = close_interrupted(store, view, attempt)  # an earlier attempt that died without a word
+        for cls in closed:   # Slurm requeued it (node failure, scontrol requeue): within the budget?
+            over = spent(store.run(run_id).attempts, cls, spec.retries)
+            if over:
+                store.add_event(run_id, "status", state=RunState.FAILED, reason=over, failure_class=cls)
+                raise RetriesSpent(over)
         store.add_event(run_id, "attempt", attempt=attempt, **process_identity(), **_batch_start(),
                         job_id=resources.job_id,
                         nodes=dist.nodes or [socket.gethostname()], start=time.time(), **ran_in())
@@ -252,15 +258,24 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         }
     except Requeue:
         if main:
-            from runtime.attempts import stop_reason
+            from runtime.attempts import stop
 
-            end(exit="requeued", reason=stop_reason())
+            cls, reason = stop()
+            over = spent([*store.run(run_id).attempts, {"failure_class": cls}], cls, spec.retries)
+            if over:
+                reason = reason.removesuffix("; requeued") + "; not requeued (retry budget spent)"
+            end(exit="stopped" if over else "requeued", reason=reason, failure_class=cls)
+            if over:   # checkpoint() sees this error and hands submitit nothing to requeue
+                store.add_event(run_id, "status", state=RunState.FAILED, reason=over, failure_class=cls)
+                raise RetriesSpent(over) from None
             store.add_event(run_id, "status", state=RunState.QUEUED, reason="checkpointed; requeued")
         raise
     except BaseException as e:
         if main:
-            end(exit="error", error=traceback.format_exception_only(type(e), e)[-1].strip())
-            store.add_event(run_id, "status", state=RunState.FAILED, reason=f"{type(e).__name__}: {e}")
+            cls = classify(Facts(error=error_names(e), message=str(e)))
+            end(exit="error", error=traceback.format_exception_only(type(e), e)[-1].strip(), failure_class=cls)
+            store.add_event(run_id, "status", state=RunState.FAILED, reason=f"{cls}: {type(e).__name__}: {e}",
+                            failure_class=cls)
         raise
     store.add_event(run_id, "outputs", outputs=outputs)
     end(exit=0)

@@ -95,8 +95,10 @@ class LocalExecutor:
             view = store.run(run_id)
             if view.state != RunState.SUCCEEDED:
                 ok = False
-                if view.state not in (RunState.FAILED, RunState.CANCELLED):
-                    store.add_event(run_id, "status", state=RunState.FAILED, reason="the job process died before recording an end")
+                if view.state not in (RunState.FAILED, RunState.CANCELLED):   # classified: jobs/triage.py
+                    from jobs.triage import record_local_death
+
+                    record_local_death(store, view, job)
                     view = store.run(run_id)
                 echo(f"{run_id}  {spec.stage:<9} {view.state}: {view.reason}")
                 echo(f"    log: {job.paths.stderr}")

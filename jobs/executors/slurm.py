@@ -24,6 +24,7 @@ from jobs.errors import ExecutorError
 from jobs.executors.base import Prepared
 from jobs.provenance import PROJECT_ROOT
 from lineage import Store
+from lineage.failures import budget
 from lineage.layout import RUNTIME, RunDir, run_path, sweep_path
 from runtime import cpu
 from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
@@ -378,7 +379,8 @@ class SlurmExecutor:
         with tempfile.TemporaryDirectory() as tmp:
             for stage in plan.stages:
                 image = self.image_for(stage)
-                record = {"container_image": image.reference if image else None, "profile": profile.name}
+                record = {"container_image": image.reference if image else None, "profile": profile.name,
+                          "retries": budget(stage.resources.get("retries"), profile.retries)}
                 where = None
                 if image is not None:
                     if profile.container_runtime == "pyxis":
@@ -434,7 +436,9 @@ class SlurmExecutor:
             run_id, spec = run_ids[members[0]], specs[members[0]]
             ups = sorted({job_of[ref["run"]] for ref in spec.pending_inputs.values()})
             folder = RunDir(store.run_dir(run_id)).logs
-            executor = submitit.SlurmExecutor(folder=folder, python=python)
+            # submitit refuses a requeue past its own count of time-outs: the run's budget is that count.
+            executor = submitit.SlurmExecutor(folder=folder, python=python,
+                                              max_num_timeout=budget(spec.retries)["time_limit"])
             params = dict(prep.params)
             if ups:
                 params["dependency"] = "afterok:" + ":".join(ups)
@@ -455,7 +459,8 @@ class SlurmExecutor:
         import submitit
 
         folder = store.folder(sweep_path(Path(), sweep))
-        executor = submitit.SlurmExecutor(folder=folder, python=python)
+        executor = submitit.SlurmExecutor(folder=folder, python=python,
+                                          max_num_timeout=budget(specs[0].retries)["time_limit"])
         executor.update_parameters(**prep.params, array_parallelism=max_parallel or len(run_ids))
         with executor.batch():
             jobs = [executor.submit(StageJob(str(store.root), run_id)) for run_id in run_ids]

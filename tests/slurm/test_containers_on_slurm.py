@@ -195,7 +195,8 @@ def test_an_image_without_torch_is_refused_at_submit_and_fails_in_the_job_in_one
     run = submitted("\n".join(lines))["pretrain"]
     view = wait_all(store, {"pretrain": run}, env, deadline_s=300)["pretrain"]
     assert view.state == "FAILED"
-    assert view.reason.startswith("ImageLacks: image local/bare-python@sha256:")
+    assert view.reason.startswith("environment: ImageLacks: image local/bare-python@sha256:")
+    assert view.attempts[0]["failure_class"] == "environment"   # the image lacks it: a retry would too
     assert "lacks torch, transformers, tokenizers, safetensors, numpy, which stage pretrain imports" in view.reason
     assert "\n" not in view.reason and view.attempts[0]["python_executable"] == "/usr/bin/python3"
 
