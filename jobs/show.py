@@ -95,7 +95,7 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
         from jobs.metrics import facts
         v = store.run(run_id)
         doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
-               "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers,
+               "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "gate": v.gate, "trackers": v.trackers,
                **facts(v)}   # metrics, duration_s, ended
         print_json(doc)
         return None
@@ -155,6 +155,8 @@ def print_run(store, idx, run_id: str) -> None:
         kernels = f" ({a['cpu_kernels']})" if a.get("cpu_kernels") else ""
         print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}{kernels}  {_when(a.get('start'))}  {took}  "
               f"exit {a.get('exit', '-')}" + (f"  ({why})" if why else ""))
+    for c in v.gate:   # the results gate (stages/gate.py): what the outputs showed, one check a line
+        print(f"gate      {'pass' if c.get('ok') else 'FAIL'}  {c.get('name', '?'):<8} {c.get('detail', '')}")
     for name, where in sorted(v.trackers.items()):
         print(f"tracker   {name:<10} {where}")
     if v.metrics:

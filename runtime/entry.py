@@ -27,6 +27,7 @@ from lineage.states import RunState
 from runtime.attempts import BATCH_START_ENV, STOP_GRACE_S
 from runtime.errors import CorruptInput, JobFailed, UpstreamFailed
 from runtime.image import NODE_ADDRS_ENV, check_image, ran_in
+from stages import gate
 from stages.contract import Distributed, Requeue, Resources, StageContext
 
 
@@ -238,13 +239,20 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
 
             ray_cluster.serve_worker(dist, ctx.run_dir)  # this node's Ray worker, until rank 0 is done
             return None
+        module = importlib.import_module(spec.module)
         with _ray(ctx) if spec.ray else nullcontext():
-            produced = importlib.import_module(spec.module).run(ctx)
+            produced = module.run(ctx)
         if not main:
             return None
         missing = set(spec.outputs) - set(produced or {})
         if missing:
             raise JobFailed(f"stage {spec.stage} did not return outputs {sorted(missing)}")
+        # The results gate (stages/gate.py): what the outputs must show before any becomes an artifact.
+        checks = gate.evaluate(getattr(module, "gate", None), ctx, produced)
+        if checks:
+            store.add_event(run_id, "gate", checks=[c.to_json() for c in checks])
+        if gate.verdict(checks):
+            raise gate.GateFailed(gate.verdict(checks))
         outputs = {   # a reproduction moves no name: bit for bit, its outputs are the versions it checked
             name: store.register(Path(produced[name]), kind=kind, run=run_id,
                                  name=f"{spec.recipe}/{spec.stage}/{name}", version=not spec.reproduces)
@@ -256,6 +264,10 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
 
             end(exit="requeued", reason=stop_reason())
             store.add_event(run_id, "status", state=RunState.QUEUED, reason="checkpointed; requeued")
+        raise
+    except gate.GateFailed as e:   # the stage ran; its outputs showed nothing worth keeping: the gate's line
+        end(exit="gate", error=str(e))
+        store.add_event(run_id, "status", state=RunState.FAILED, reason=str(e))
         raise
     except BaseException as e:
         if main:
