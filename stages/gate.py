@@ -101,8 +101,9 @@ def losses_finite(ctx, key: str, name: str = "loss") -> Check:
     bad = next((r for r in rows if not _finite(r[key])), None)
     if bad is not None:
         return Check(name, False, f"{key} is not finite (NaN or inf) at step {bad['step']}")
-    return Check(name, True, f"{key} finite at all {len(rows)} logged step(s)"
-                 + (f", last {rows[-1][key]:.4g}" if rows else ""))
+    if not rows:   # nothing logged to judge (rm.steps=0); the steps check says whether that was asked for
+        return Check(name, True, f"no {key} logged")
+    return Check(name, True, f"{key} finite at all {len(rows)} logged step(s), last {rows[-1][key]:.4g}")
 
 
 def summed(ctx, key: str) -> float:
