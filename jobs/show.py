@@ -9,6 +9,10 @@ from pathlib import Path
 from typing import Iterable
 
 
+#: An attempt's phases as runtime/entry.py times them, in the order they run.
+PHASES = ("verify", "ray_start", "stage", "ray_stop", "gate", "register")
+
+
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
@@ -95,7 +99,7 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
         from jobs.metrics import facts
         v = store.run(run_id)
         doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
-               "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers,
+               "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "gate": v.gate, "trackers": v.trackers,
                **facts(v)}   # metrics, duration_s, ended
         print_json(doc)
         return None
@@ -156,6 +160,11 @@ def print_run(store, idx, run_id: str) -> None:
         print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}{kernels}  {_when(a.get('start'))}  {took}  "
               f"exit {a.get('exit', '-')}" + (f"  class {a['failure_class']}" if a.get("failure_class") else "")
               + (f"  ({why})" if why else ""))
+        ph = a.get("phases") or {}   # runtime/entry.py: where the attempt's time went, in the order it went
+        if ph:
+            print("phases    " + "  ".join(f"{k} {ph[k]:.1f} s" for k in PHASES if isinstance(ph.get(k), (int, float))))
+    for c in v.gate:   # the results gate (stages/gate.py): what the outputs showed, one check a line
+        print(f"gate      {'pass' if c.get('ok') else 'FAIL'}  {c.get('name', '?'):<8} {c.get('detail', '')}")
     for name, where in sorted(v.trackers.items()):
         print(f"tracker   {name:<10} {where}")
     if v.metrics:

@@ -87,6 +87,8 @@ class RunView:
     attempts: list[dict] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     trackers: dict[str, str] = field(default_factory=dict)
+    #: The results gate's checks of the last attempt that reached it (stages/gate.py): name, ok, detail.
+    gate: list[dict] = field(default_factory=list)
     jobs: list[dict] = field(default_factory=list)
     pinned: bool = False
     updated: float = 0.0
@@ -112,6 +114,8 @@ def fold(run_id: str, spec: RunSpec, events: list[dict]) -> RunView:
             view.metrics.update(ev["metrics"])
         elif kind == "tracker":
             view.trackers.update(ev["trackers"])
+        elif kind == "gate":
+            view.gate = list(ev["checks"])
         elif kind == "pin":
             view.pinned = ev["pinned"]
         elif kind == "job":

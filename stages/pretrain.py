@@ -61,6 +61,17 @@ def preview(config: dict, resources: dict) -> str | None:
     return launch.preview_stage(config, "pretrain", resources)
 
 
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """What a finished pretrain must show (stages/gate.py): every step the config asked for, a finite
+    loss, a model that loads. Megatron's run is judged by its exported model alone."""
+    from stages import gate as g
+
+    cfg = ctx.config["pretrain"]
+    if cfg.get("backend", "torch") == "megatron":
+        return [g.model_loads(produced["model"], "model", whole=False)]
+    return g.trained_model(ctx, produced, "model", "pretrain", cfg["steps"])
+
+
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.section("pretrain")
     if cfg.get("backend", "torch") == "megatron":

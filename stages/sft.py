@@ -70,6 +70,17 @@ def preview(config: dict, resources: dict) -> str | None:
     return launch.preview_stage(config, "sft", resources)
 
 
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """What a finished sft must show (stages/gate.py): every step the config asked for, a finite
+    loss, a model that loads. Megatron's run is judged by its exported model alone."""
+    from stages import gate as g
+
+    cfg = ctx.config["sft"]
+    if cfg.get("backend", "torch") == "megatron":
+        return [g.model_loads(produced["model"], "model", whole=False)]
+    return g.trained_model(ctx, produced, "model", "sft", cfg["steps"])
+
+
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.section("sft")
     if cfg.get("backend", "torch") == "megatron":

@@ -203,7 +203,8 @@ def watch(job, run_dir: Path, stage: str, echo: Callable[[str], None], poll_s: f
                 continue
             seen = (step, total)
             extra = "".join(f"  {k} {v:.4f}" for k, v in (p.get("extra") or {}).items() if isinstance(v, (int, float)))
-            about = f"loss {p.get('loss', float('nan')):.4f}{extra}" + (
+            loss = p.get("loss")   # null in progress.json when it is not finite
+            about = f"loss {loss if isinstance(loss, (int, float)) else float('nan'):.4f}{extra}" + (
                 f"  ETA {duration(p['eta_s'])}" if p.get("eta_s") is not None else "")
             if tty:
                 if bar is None or bar.total != total:

@@ -231,6 +231,14 @@ def preview(config: dict, resources: dict) -> str:
         "writes prompts/{train,validation}.jsonl {prompt, answer, task_name}; eval/test.jsonl {prompt, answer, source}"])
 
 
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """Each file has the rows its manifest.json counts, and there are prompts to train on."""
+    from stages import gate as g
+
+    return (g.manifest_rows(produced["prompts"], {"train": "train.jsonl", "validation": "validation.jsonl"}, ["train"])
+            + g.manifest_rows(produced["eval"], {"rows": "test.jsonl"}))
+
+
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.section("prep_rl")
     problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not
