@@ -124,6 +124,13 @@ def captured(path: Path):
             os.close(saved[1])
 
 
+def last_error(text: str) -> str:
+    """A worker's exception line from a torchrun log (torchrun's own summary follows it)."""
+    errors = [line for line in text.splitlines() if re.match(r"[\w.]+(Error|Exception|Interrupt)\b.*:", line)
+              and "ChildFailedError" not in line]
+    return errors[-1][:600] if errors else " | ".join(text.strip().splitlines()[-5:])[-600:]
+
+
 def losses(log: Path) -> list[tuple[int, float]]:
     return [(int(m.group(1)), float(m.group(3))) for m in LOSS.finditer(log.read_text(errors="replace"))]
 
@@ -344,8 +351,7 @@ def cpu_stop(ctxs: list, check, say) -> int:
                             f"{' '.join(cmd[:2])} ... bridge_train.py exit {code}: "
                             + ("our overrides applied to the recipe, ConfigContainer validated, then Bridge's "
                                "initialize_megatron: AssertionError: Megatron requires CUDA." if stopped
-                               else f"did not reach Bridge's CUDA check; log {log}: "
-                               + " | ".join(text.strip().splitlines()[-5:])[-800:]))
+                               else f"did not reach Bridge's CUDA check; log {log}: " + last_error(text)))
     if failed:
         return 1
     say("not run (no CUDA device): the HF -> Megatron import, pretrain and its resume, SFT, the exports and their "

@@ -12,7 +12,8 @@
 #   image carries (containers/containers.lock). Carry both folders with the tree.
 # - a CPU host with .venv-bridge (dev/bridge_venv.sh: Bridge 0.3.1, megatron-core 0.16.1): that,
 #   with hydra, antlr4 and omegaconf linked from .venv (jobs/recipes.py composes with them) and
-#   tests/stages/bridge_cpu.py's Transformer Engine import stand-in (BRIDGE_GPU_TE_STANDIN).
+#   tests/stages/bridge_cpu.py's Transformer Engine import stand-in (BRIDGE_GPU_TE_STANDIN);
+#   BRIDGE_GPU_SOURCES=1 puts .bridge-src/ first, to run the GPU machine's Bridge and megatron-core here.
 # PYTHON overrides the choice. dev/bridge_gpu_site/ is first on every process's path: its
 # sitecustomize.py makes the HF -> Megatron import build megatron-core's local layers (no TE here).
 #
@@ -35,7 +36,11 @@ elif [ -x .venv-bridge/bin/python ]; then
     PY=$root/.venv-bridge/bin/python
     for p in hydra antlr4 omegaconf; do ln -s "$root/.venv/lib/python3.11/site-packages/$p" "$site/$p"; done
     path="$path:$site"
-    export BRIDGE_GPU_TE_STANDIN="$root/tests/stages"
+    if [ -n "${BRIDGE_GPU_SOURCES:-}" ]; then     # the GPU machine's Bridge and megatron-core, on this CPU
+        path="$path:$(echo "$root"/.bridge-src/megatron-lm-*):$(echo "$root"/.bridge-src/megatron-bridge-*/src)"
+    else                                           # nano-v3's training path imports no TE; 0.3.1's does
+        export BRIDGE_GPU_TE_STANDIN="$root/tests/stages"
+    fi
     export PATH="$root/.venv-bridge/bin:$PATH"      # its torchrun
 else
     echo "bridge_gpu: no interpreter: .bridge-src/ with a GPU (dev/bridge_gpu_pack.sh), or .venv-bridge (dev/bridge_venv.sh)" >&2

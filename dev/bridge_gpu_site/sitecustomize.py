@@ -7,13 +7,15 @@ changes, only where the machine lacks Transformer Engine, and only when the modu
   (AutoBridge.import_ckpt) builds its provider that way, else with TE's layer spec;
 - with BRIDGE_GPU_TE_STANDIN=DIR (CPU hosts with Bridge 0.3.1, whose peft/lora_layers.py imports
   transformer_engine unconditionally): before `megatron.bridge` loads, tests/stages/bridge_cpu.py
-  (in DIR) is imported, which installs its import stand-in for that one module and removes it.
+  (in DIR) is imported, which installs its import stand-in for that one module and removes it;
+- on Python 3.11 (CPU hosts running the GPU machine's Bridge nano-v3 source), `typing.override`.
 """
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import sys
+import typing
 
 
 class _Hook(importlib.abc.MetaPathFinder):
@@ -73,6 +75,8 @@ def _bridge_with_standin():
     return sys.modules["megatron.bridge"]
 
 
+if not hasattr(typing, "override"):   # Python 3.11 running Bridge nano-v3, which uses 3.12's decorator
+    typing.override = lambda f: f
 if importlib.util.find_spec("transformer_engine") is None:
     sys.meta_path.insert(0, _Hook("megatron.bridge.models.conversion.auto_bridge", after=_patch_auto_bridge))
     if os.environ.get("BRIDGE_GPU_TE_STANDIN"):
