@@ -312,6 +312,28 @@ def test_a_stage_recipe_replaces_nano3s_and_is_called_with_the_hf_model():
             sft_job(cfg)
 
 
+
+def test_a_warmup_not_below_train_iters_is_shortened_with_the_torch_loops_note(tmp_path):
+    """A short run of a recipe (train_iters under its warmup) trains, warming up over a tenth of its
+    iterations, and submit says so in one line: what the torch loop does for `sft.steps=20`."""
+    import stages.sft
+    from helpers import run_jobs
+
+    cfg = copy.deepcopy(SFT)
+    cfg["sft"]["train"]["train_iters"] = 50                           # under the recipe's warmup of 100
+    job = sft_job(cfg)
+    assert job.scheduler.lr_warmup_iters == 5 and job.overrides()["scheduler"]["lr_warmup_iters"] == 5
+    assert stages.sft.notes(cfg) == ["sft.scheduler.lr_warmup_iters 100 is not below sft.train.train_iters 50: this run "
+                                     "warms up over 5 step(s), a tenth of its steps (set sft.scheduler.lr_warmup_iters "
+                                     "below 50 to choose)"]
+    assert sft_job().scheduler.lr_warmup_iters == 100 and stages.sft.notes(SFT) == []
+    r = run_jobs(tmp_path / "store", "submit", "nano3", "--stage", "all", "--executor", "slurm", "--dry-run",
+                 "pretrain.train.train_iters=60", env={"JOBS_PROFILES": str(tmp_path / "none.yaml")})
+    assert r.code == 0, r.err
+    assert "jobs: note: nano3/pretrain: pretrain.scheduler.lr_warmup_iters 100 is not below pretrain.train.train_iters 60: this run warms up " \
+           "over 6 step(s)" in r.err
+    assert "lr_warmup_iters: 6" in r.out                               # the overrides the dry run shows
+
 def test_no_gpus_is_a_one_line_problem_not_a_division_by_zero():
     with pytest.raises(TranslationError, match="the megatron backend trains on GPUs: give the stage resources.gpus_per_node"):
         sft_job(gpus=0)

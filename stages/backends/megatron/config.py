@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from stages.contract import StageError
+from stages.ml.loop import Schedule, warmup_note
 
 UPSTREAM = Path(__file__).with_name("upstream_fields.yaml")
 FINETUNING_DATASET = "megatron.bridge.training.config.FinetuningDatasetConfig"
@@ -360,8 +361,8 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
         problems += _layout_problems(stage, model, train, gpus)
     if optimizer and optimizer.min_lr is not None and optimizer.min_lr > optimizer.lr:
         problems.append(f"{stage}.optimizer: min_lr {optimizer.min_lr} > lr {optimizer.lr}")
-    if scheduler and train and scheduler.lr_warmup_iters >= train.train_iters:
-        problems.append(f"{stage}.scheduler: lr_warmup_iters {scheduler.lr_warmup_iters} >= train_iters {train.train_iters}")
+    if scheduler and train and scheduler.lr_warmup_iters >= train.train_iters:   # a short run: warmup_notes says so
+        scheduler = replace(scheduler, lr_warmup_iters=Schedule.warmup_for(train.train_iters, scheduler.lr_warmup_iters))
     if problems:
         raise TranslationError(f"{stage} (megatron backend, Bridge {version}): " + "; ".join(problems))
 
@@ -378,6 +379,16 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
     if missing:
         raise TranslationError(f"{stage} (megatron backend, Bridge {version}): " + "; ".join(missing))
     return job
+
+
+def warmup_notes(section: dict, stage: str) -> list[str]:
+    """What submit says when translate shortens a warmup that is not below train_iters (as the torch
+    loop does: a tenth of the iterations), so a short run of a recipe trains instead of being refused."""
+    train, scheduler = section.get("train"), section.get("scheduler")
+    if not isinstance(train, dict) or not isinstance(scheduler, dict):
+        return []
+    return warmup_note(train.get("train_iters"), scheduler.get("lr_warmup_iters", 0), f"{stage}.train.train_iters",
+                       f"{stage}.scheduler.lr_warmup_iters")
 
 
 def _pretrain_dataset(data: dict, seq_length, problems: list[str]) -> dict:
