@@ -47,6 +47,12 @@ else
     exit 1
 fi
 export PYTHONPATH="$path:$root${PYTHONPATH:+:$PYTHONPATH}"
+if ! command -v torchrun > /dev/null; then     # launch.py runs `torchrun`: the interpreter's own
+    mkdir -p "$site/bin"
+    printf '#!/bin/sh\nexec %s -m torch.distributed.run "$@"\n' "$PY" > "$site/bin/torchrun"
+    chmod +x "$site/bin/torchrun"
+    export PATH="$site/bin:$PATH"
+fi
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} PYTHONUNBUFFERED=1
 gpu=$("$PY" -c "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'nogpu')" 2>/dev/null \
