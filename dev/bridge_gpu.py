@@ -188,6 +188,7 @@ def main(argv=None) -> int:
     gpu_res = {**dict(recipe.stages["pretrain"].resources), "gpus_per_node": 1}
 
     def context(stage: str, name: str, cfg: dict, inputs: dict) -> StageContext:
+        (work / name).mkdir(parents=True, exist_ok=True)     # the resume reuses pretrain's
         return StageContext(run_id=f"bridge-gpu-{name}", recipe="tiny", stage=stage, config=cfg, inputs=inputs,
                             run_dir=work / name, resources=Resources(gpus_per_node=1))
 
