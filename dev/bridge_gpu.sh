@@ -6,7 +6,7 @@
 #
 # Which interpreter:
 # - a GPU machine without network (Python 3.12, torch with CUDA, transformers): the wheels in .whl/
-#   (dev/gpu_wheels.sh, then dev/bridge_gpu_pack.sh adds Bridge's) go into a scratch folder, and the
+#   and .whl/bridge/ (dev/bridge_gpu_pack.sh) go into a scratch folder, and the
 #   sources dev/bridge_gpu_pack.sh unpacked into .bridge-src/ go first on the path: Megatron-Bridge
 #   nano-v3 (1cedb0a9c) and the megatron-core of NeMo RL's fork (29e426c01), the pair the nemo
 #   image carries (containers/containers.lock). Carry both folders with the tree.
@@ -30,7 +30,7 @@ if [ -n "${PYTHON:-}" ]; then
     PY=$PYTHON
 elif [ -d .bridge-src ] && command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
     PY=python3
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl .whl/bridge/*.whl
     path="$path:$site:$(echo "$root"/.bridge-src/megatron-lm-*):$(echo "$root"/.bridge-src/megatron-bridge-*/src)"
 elif [ -x .venv-bridge/bin/python ]; then
     PY=$root/.venv-bridge/bin/python

@@ -2,8 +2,9 @@
 # What dev/bridge_gpu.sh needs on a GPU machine without network (Python 3.12, torch with CUDA,
 # transformers, numpy, einops, tensorboard, safetensors), into two git-ignored folders that travel
 # with the tree (about 30 MB together):
-#   .whl/         dev/gpu_wheels.sh's (hydra-core, omegaconf, antlr4), then the cp312 wheels Bridge's
-#                 pretrain and finetune import: datasets, dill, multiprocess, xxhash, pydantic (+core,
+#   .whl/         dev/gpu_wheels.sh's (hydra-core, omegaconf, antlr4); in .whl/bridge/ (apart, so that
+#                 dev/gpu_check.sh does not install them) the cp312 wheels Bridge's pretrain and
+#                 finetune import: datasets, dill, multiprocess, xxhash, pydantic (+core,
 #                 annotated-types, typing-inspection), nvidia-modelopt, nvidia-resiliency-ext,
 #                 pulp<4, defusedxml;
 #   .bridge-src/  Megatron-Bridge nano-v3 (1cedb0a9c) and megatron-core from NeMo RL's fork
@@ -20,7 +21,8 @@ PY=${2:-python3}
 bash dev/gpu_wheels.sh "$PY"
 py312=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_39_x86_64
        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-"$PY" -m pip download -q "${py312[@]}" -d .whl datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0 \
+rm -rf .whl/bridge
+"$PY" -m pip download -q "${py312[@]}" -d .whl/bridge datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0 \
     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 nvidia-modelopt==0.47.0 \
     nvidia-resiliency-ext==0.7.0 "pulp<4" defusedxml==0.7.1
 rm -rf .bridge-src
