@@ -52,8 +52,10 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
 
 
 def notes(config: dict) -> list[str]:
-    """What submit says of the torch schedule: a warmup not below a short run's steps is shortened."""
-    return Schedule.notes(config["pretrain"], "pretrain") if config.get("pretrain", {}).get("backend", "torch") == "torch" else []
+    """What submit says of the schedule (either backend): a warmup not below a short run's steps is shortened."""
+    from stages.backends.megatron import launch
+
+    return launch.notes_stage(config, "pretrain", lambda cfg: Schedule.notes(cfg, "pretrain"))
 
 def preview(config: dict, resources: dict) -> str | None:
     from stages.backends.megatron import launch
