@@ -100,7 +100,7 @@ class Raw:
         """The 1-minute load average /proc/loadavg gave before or after, else the script's own line."""
         got = self.field(rf"# load average {when} \(/proc/loadavg\): ([\d.]+)", self.text)
         if got is None:
-            got = self.field(rf"load average before: ([\d.]+)" if when == "before" else r"; after: ([\d.]+)",
+            got = self.field(r"load average before: ([\d.]+)" if when == "before" else r"; after: ([\d.]+)",
                              self.text)
         return float(got) if got is not None else None
 
@@ -385,7 +385,7 @@ def render_margins(root: Path) -> str:
 
 def summary(raw: Raw) -> str:
     """A raw file's headline numbers, from its own tables and lines, by the script that wrote it."""
-    script = raw.field(r"bench/(\w+)\.py", raw.head[0] if raw.head else "") or ""
+    script = raw.field(r"(?:bench|dev)/(\w+)\.py", raw.head[0] if raw.head else "") or ""
     line = lambda pattern: raw.field(pattern, raw.text)
     if script == "tiny":
         rows = {r["model"]: r for r in raw.table("model", "greedy exact match")}
@@ -436,6 +436,21 @@ def summary(raw: Raw) -> str:
             text += (f"; reward model {' / '.join(r['reward model'] for r in rm)} (its initialisation "
                      f"{' / '.join(r['its initialisation'] for r in rm)})")
         return text + ("; published (recipes/tiny/README.md)" if raw.name in SEED_RUNS else "")
+    if script == "bench_sweep":
+        rows = raw.table("submit", "sbatch calls", "wall s")
+        ratio = line(r"the sweep is ([\d.]+x) faster")
+        return ("; ".join(f"{r['submit']} {r['wall s']} s wall, {r['sbatch calls']} sbatch" for r in rows)
+                + f"; the sweep {ratio} faster")
+    if script == "bridge_gpu":   # dev/bridge_gpu.sh: Megatron-Bridge's loops on one GPU
+        gpu, status = line(r"bridge_gpu: GPU ([^,]+),"), line(r"bridge_gpu: exit (\d+)")
+        try:
+            rows = raw.table("run", "GPU", "lm loss first -> last")
+        except KeyError:
+            return f"GPU {gpu}: exit {status}, no run completed (see the file)"
+        return f"on {gpu}: " + "; ".join(
+            f"{r['run']} iterations {r['iterations']} in {r['seconds']} s, lm loss {r['lm loss first -> last']}"
+            + (f", held out {r['held-out exact match']} greedy" if r["held-out exact match"] != "-" else "")
+            for r in rows)
     return "see the file"
 
 

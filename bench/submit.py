@@ -69,7 +69,7 @@ def main() -> None:
             plain.append(seconds)
             jobs.append(job)
         subprocess.run(["scancel", *jobs], check=False)
-    print(f"| submit path | median s | best s | n |\n|---|---|---|---|")
+    print("| submit path | median s | best s | n |\n|---|---|---|---|")
     print(f"| jobs submit --executor slurm | {statistics.median(ours):.3f} | {min(ours):.3f} | {len(ours)} |")
     print(f"| sbatch (same script) | {statistics.median(plain):.3f} | {min(plain):.3f} | {len(plain)} |")
     print(f"\noverhead: {statistics.median(ours) - statistics.median(plain):+.3f} s median "

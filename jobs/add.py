@@ -16,7 +16,6 @@ if none of its versions holds it yet. A refused or failed add leaves nothing beh
 from __future__ import annotations
 
 import getpass
-import hashlib
 import os
 import shutil
 import socket
@@ -101,8 +100,8 @@ def _copy_file(src: Path, dest: Path) -> dict:
     Opened without following a link and without blocking: a FIFO, device or link put in the file's
     place after the check is refused, never read.
     """
+    from lineage import Store
     from lineage.errors import show_path
-    from lineage.hashing import ALGORITHM, CHUNK, normal_mode
 
     try:
         fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -112,16 +111,7 @@ def _copy_file(src: Path, dest: Path) -> dict:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise InputError(f"{show_path(src)} is {_kind_of(st)}: an artifact holds only plain files and folders")
-        h = hashlib.sha256()
-        size = 0
-        with open(dest, "xb") as out:
-            while chunk := f.read(CHUNK):
-                h.update(chunk)
-                out.write(chunk)
-                size += len(chunk)
-            os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IWUSR)
-    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
-    return {"size": size, "digest": f"{ALGORITHM}:{h.hexdigest()}", "mode": normal_mode(st.st_mode)}
+        return Store.copy_hashed(f, dest, st)
 
 
 def copy_tree(src: Path, dest: Path) -> list[dict]:
@@ -157,10 +147,7 @@ def _verifies(store, art: str) -> bool:
 def add(store_root: Path, path: str, kind: str, name: str, source: str | None = None,
         revision: str | None = None) -> Added:
     """Register a copy of `path` under `name`. Bad input changes nothing, not even a missing store."""
-    from lineage import Store, refs
-    from lineage.hashing import artifact_id
-    from lineage.ids import uuid7
-    from lineage.layout import import_path
+    from lineage import Store
     from lineage.secrets import redact
     from lineage.store import MARKER
 
@@ -168,7 +155,7 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
     kinds = readable_kinds()
     if kind not in kinds:
         raise InputError(f"--kind {kind!r}: no stage reads that kind (kinds stages read: {', '.join(sorted(kinds))})")
-    refs.check_name(name)
+    Store(Path(store_root).expanduser()).check_alias(name)   # reads only: a store not made yet stays unmade
     for what, text in (("--source", source), ("--revision", revision)):
         if text is not None:
             _utf8(text, Path(what))
@@ -178,25 +165,21 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
     check_layout(src, kind, kinds[kind])
 
     existed = (Path(store_root).expanduser() / MARKER).exists()
-    if existed:
-        refs.check_folders(Store(store_root).refs, name)
     store = Store.open(store_root, create=True)
     # `..` or `.` names no folder to copy into: the folder's own name (of its absolute path) does.
-    dest = import_path(store.root, uuid7(), Path(os.path.abspath(src)).name or "data")
+    dest = store.import_folder(Path(os.path.abspath(src)).name or "data")
     try:
         store.ensure_writable()
         dest.parent.mkdir(parents=True)
         entries = copy_tree(src, dest)
-        art = artifact_id(entries)
+        art = store.artifact_id(entries)
         if _verifies(store, art):                  # the same bytes are in the store already: no second copy
             had = store.artifact(art).get("kind")
             if had != kind:
                 raise InputError(same_bytes_other_kind(store, art, had, kind, kinds))
             _remove(dest.parent)
-            held = refs.holding_version(store.refs, name, art)
-            if held is not None:
-                return Added(art, name, held, new_version=False, copied=False)
-            return Added(art, name, refs.add(store.refs, name, art, None), new_version=True, copied=False)
+            version, made = store.alias(name, art)
+            return Added(art, name, version, new_version=made, copied=False)
         origin = redact({"path": str(src.absolute()), "host": socket.gethostname(), "user": getpass.getuser(),
                          "source": source, "revision": revision, "added": time.time()})
         fresh = not store.has_artifact(art)
@@ -204,7 +187,7 @@ def add(store_root: Path, path: str, kind: str, name: str, source: str | None = 
         if registered != art:  # changed between the copy and the registration: keep nothing of it
             raise InputError(f"{path} changed while it was copied; add it again")
         try:
-            return Added(art, name, refs.add(store.refs, name, art, None), new_version=True, copied=True)
+            return Added(art, name, store.alias(name, art, reuse=False)[0], new_version=True, copied=True)
         except BaseException:
             if fresh:   # no record may point at the copy removed below
                 store.remove_artifact_records(art)

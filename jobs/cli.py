@@ -83,18 +83,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     stages = "all" if "all" in items else ",".join(items)   # `--stage a --stage b` is `--stage a,b`
     req = Request(recipe=args.recipe, stages=stages, overrides=args.overrides, inputs=args.input,
                   executor=args.executor, profile=args.profile, store=args.store, dry_run=args.dry_run,
-                  force=args.force, allow_unpinned=args.allow_unpinned)
-    if args.sweep or args.max_parallel is not None:
-        from jobs import sweep
-        if not args.sweep:
-            raise ExecutorError("--max-parallel limits a sweep: give --sweep KEY=V1,V2 too")
-        return 0 if sweep.submit(req, args.sweep, args.max_parallel)[2] else 1
-    return 0 if submit(req) else 1
+                  force=args.force, allow_unpinned=args.allow_unpinned, sweep=args.sweep,
+                  max_parallel=args.max_parallel)
+    return 0 if submit(req).ok else 1
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from jobs import status
-    if args.run and args.run.startswith("swp_"):
+    from lineage.sweeps import is_sweep
+    if args.run and is_sweep(args.run):
         from jobs import sweep
         lines = sweep.status(open_store(args), args.run, args.json, args.jsonl)
     else:
@@ -105,23 +102,24 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from jobs import status
+    from jobs import logs
     from jobs.errors import JobsError
 
     if args.task < 0:
         raise JobsError(f"--task must be 0 or more (got {args.task})")
     store = open_store(args)
-    status.follow_logs(store, store.index().resolve_run(args.run), args.task, args.follow)
+    logs.follow_logs(store, store.index().resolve_run(args.run), args.task, args.follow)
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from jobs import status
-    if args.run.startswith("swp_"):
+    from jobs import cancel
+    from lineage.sweeps import is_sweep
+    if is_sweep(args.run):
         from jobs import sweep
         print("\n".join(sweep.cancel(open_store(args), args.run)))
         return 0
-    print(status.cancel_run(open_store(args), args.run))
+    print(cancel.cancel_run(open_store(args), args.run))
     return 0
 
 
@@ -140,13 +138,18 @@ def not_utf8(argv: list[str]) -> str | None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from jobs import show
-    from jobs.status import check_limit
-
-    from jobs.filters import check_runs_filter
+    from jobs.filters import check_failed, check_limit, check_runs_filter
 
     check_limit(args.limit)
     store = open_store(args)
     check_runs_filter(store.index(), args.recipe, args.stage)
+    if args.failed is not None:   # runs that failed in this class (jobs/triage.py)
+        from jobs import triage
+
+        check_failed(args.failed)
+        show.print_runs(triage.failed_runs(store.index(), args.failed, args.recipe, args.stage, args.limit),
+                        args.json, store=store, metric=args.metric, lines=args.jsonl)
+        return 0
     if args.sweep is not None:
         from jobs import sweep
         if args.sweep == "":
@@ -161,10 +164,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from jobs.status import check_limit
+    from jobs.filters import check_limit
 
     check_limit(args.limit)   # as `list` and `status` refuse it, whatever is compared
-    if len(args.runs) == 1 and args.runs[0].startswith("swp_"):   # a sweep: its grid, the best point marked
+    from lineage.sweeps import is_sweep
+    if len(args.runs) == 1 and is_sweep(args.runs[0]):   # a sweep: its grid, the best point marked
         from jobs import sweep
         return sweep.compare_command(open_store(args), args.runs[0], args.metric[-1] if args.metric else None, args.json)
     from jobs import compare
@@ -255,7 +259,8 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from jobs import report
-    if args.id.startswith("swp_"):
+    from lineage.sweeps import is_sweep
+    if is_sweep(args.id):
         from jobs import sweep
         print(sweep.report(open_store(args), args.id, Path(args.out).expanduser() if args.out else None))
         return 0
@@ -304,7 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     command("cancel", cmd_cancel, "cancel a run (scancel on Slurm)", a("run"))
     command("list", cmd_list, "runs, newest first, with how long each ran", a("--recipe"), a("--stage"),
             a("--limit", type=int, default=50), a("--metric", help="add a column: this metric's last value (e.g. eval/exact_match)"),
-            as_json, as_jsonl, a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"))
+            as_json, as_jsonl, a("--sweep", nargs="?", const="", metavar="SWEEP", help="a sweep's runs (alone: every sweep)"),
+            a("--failed", metavar="CLASS", help="FAILED runs whose failure is of this class (preempted, node_failure, "
+                                                "time_limit, out_of_memory, environment, config_refused, bad_input, "
+                                                "code_error, gate)"))
     command("show", cmd_show, "a run's or an artifact's record",
             a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json)
     command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json, as_jsonl)
@@ -369,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     if "_ARGCOMPLETE" in __import__("os").environ:  # the shell asks for completions (jobs/shell.py)
-        from jobs.shell import complete
+        from jobs.completion import complete
         complete(parser)
     bad = not_utf8(sys.argv[1:] if argv is None else list(argv))
     if bad:

@@ -211,7 +211,7 @@ def _run(cmd: list[str], what: str, env: dict) -> None:
     full.pop("VIRTUAL_ENV", None)
     done = subprocess.run(cmd, env=full, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if done.returncode:
-        lines = [l.strip() for l in (done.stderr + done.stdout).splitlines() if l.strip()]
+        lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         raise ExecutorError(f"{what} failed ({done.returncode}): {lines[-1] if lines else 'no output'}")
 
 
@@ -251,7 +251,7 @@ def check_pulled(dlcache: Path, image: Image) -> None:
             raise ExecutorError(f"registry served other bytes for {image.reference}: manifest {got} is not "
                                 "in the pinned index; nothing imported")
     manifest = _json(skinny[0], image)
-    blobs = [(manifest.get("config") or {}).get("digest"), *(l.get("digest") for l in manifest.get("layers", []))]
+    blobs = [(manifest.get("config") or {}).get("digest"), *(layer.get("digest") for layer in manifest.get("layers", []))]
     for i, digest in enumerate(blobs):
         if not digest or not DIGEST.match(digest):
             raise ExecutorError(f"manifest of {image.reference} names a blob without a sha256 digest: {digest!r}")

@@ -1,5 +1,6 @@
 """Filter values (`--kind`, `--recipe`, `--stage`, `--metric`) checked against what exists: a typo
-is refused with the known values, instead of an empty listing and exit 0 that reads as "none"."""
+is refused with the known values, instead of an empty listing and exit 0 that reads as "none";
+`--limit` checked against what SQLite can take."""
 from __future__ import annotations
 
 import difflib
@@ -45,3 +46,23 @@ def check_artifacts_filter(idx, recipe: str | None, kind: str | None) -> None:
     check("--recipe", recipe, recipe_words("recipe") | {r[0] for r in idx.db.execute("SELECT DISTINCT recipe FROM runs")})
     if kind:
         check("--kind", kind, recipe_words("kind") | {r[0] for r in idx.db.execute("SELECT DISTINCT kind FROM artifacts")})
+
+
+#: SQLite's largest integer: a larger --limit is no integer to it.
+SQLITE_MAX = 2**63 - 1
+
+
+def check_limit(limit: int) -> int:
+    """--limit as SQLite can take it: 1 to 2**63 - 1."""
+    if limit < 1:
+        raise JobsError(f"--limit must be at least 1 (got {limit})")
+    if limit > SQLITE_MAX:
+        raise JobsError(f"--limit must be at most {SQLITE_MAX} (got {limit})")
+    return limit
+
+
+def check_failed(value: str | None) -> None:
+    """`jobs list --failed CLASS`: one of lineage/failures.py's classes, or one line and exit 2."""
+    from lineage.failures import CLASSES
+
+    check("--failed", value, CLASSES)

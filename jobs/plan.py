@@ -1,5 +1,6 @@
 """CLI words -> a Plan: composed configs, resolved inputs, code and environment, per stage, and
-from a plan each stage's run record (`run_spec`).
+from a plan each stage's run record (`run_spec`). A sweep's plan is one stage's plan with a point per
+stage (`Grid`), composed once and each point's values applied to that composition.
 
 Nothing here writes: every error a user can cause is raised before a record exists; the run cache
 and the records are jobs/record.py's.
@@ -42,6 +43,16 @@ class Plan:
     environment: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)   # one line each, for stderr: chains chosen or mixed, a
                                                      # stage's own (`notes(config)`: a warmup it shortens)
+    grid: "Grid | None" = None                       # a sweep: `stages` are its points, one stage each
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A sweep's points: `Plan.stages[i]` is point i, one run of the same stage with `values[i]` set."""
+
+    keys: list[str]                  # the swept override keys, in grid order
+    values: list[dict[str, str]]     # per point: key -> value as the override spells it
+    overrides: list[str]             # the overrides every point shares
 
 
 def parse_inputs(pairs: list[str]) -> dict[str, str]:
@@ -144,6 +155,55 @@ def plan_from_record(store: Store, view, executor: str) -> Plan:
     return Plan(recipe=s.recipe, executor=executor, stages=[stage], code=code, environment=python_env())
 
 
+def make_sweep_plan(store: Store, recipe_name: str, stage: str, keys: list[str], points: list[dict[str, str]],
+                    overrides: list[str], inputs: list[str], executor: str) -> Plan:
+    """One stage over a grid: the first point planned as a single run (inputs, code and environment
+    resolved once for all points), every point's config from one composition of the stage with its
+    own values applied, each checked like a single run's, so one bad value refuses the whole sweep."""
+    from dataclasses import replace
+
+    recipe = recipes.load(recipe_name)
+    selected = recipe.select(stage)
+    if len(selected) != 1:
+        raise RecipeError(f"--sweep runs one stage; --stage {stage!r} selects {len(selected)} "
+                          f"({', '.join(s.name for s in selected) or 'none'})")
+    st = selected[0]
+    swept = {k.lstrip("+") for k in keys}
+    for key in sorted(swept):   # the same answer for every point, before any is composed
+        head = key.split(".")[0]
+        if head != st.name and head in recipe.stages:
+            raise RecipeError(f"--sweep {key} sets the config of stage {head}, but the sweep runs {st.name}: "
+                              f"sweep {st.name}'s keys (or run --stage {head})")
+    for text in overrides:
+        key = text.split("=", 1)[0].lstrip("+~")
+        if key in swept:
+            raise RecipeError(f"{key} is both swept (--sweep) and set ({text}): keep one")
+
+    def said(point: dict) -> str:
+        return " ".join(f"{k}={v}" for k, v in point.items())
+
+    def refused(point: dict, e: RecipeError) -> RecipeError:
+        return RecipeError(f"sweep point {said(point)}: {e}; nothing was submitted")
+
+    first = [f"{k}={v}" for k, v in points[0].items()]
+    try:
+        plan = make_plan(store, recipe.name, st.name, overrides=[*overrides, *first], inputs=inputs, executor=executor)
+    except RecipeError as e:
+        raise refused(points[0], e) from None
+    elsewhere = recipes.for_other_stages(list(overrides), recipe, [st.name])
+    shared = recipes.split_overrides([o for o in overrides if o not in elsewhere], [st.name])[st.name]
+    compose = recipes.composer(recipe, st.name, shared)
+    stages = [plan.stages[0]]
+    for point in points[1:]:
+        try:
+            config = compose([f"{k}={v}" for k, v in point.items()])
+            _check_config(recipe.name, st, config)
+        except RecipeError as e:
+            raise refused(point, e) from None
+        stages.append(replace(plan.stages[0], config=config))
+    return replace(plan, stages=stages, grid=Grid(keys=list(keys), values=list(points), overrides=list(overrides)))
+
+
 def check_record_key(store: Store, view) -> None:
     """A record must still hash to the run key it was recorded with (at submit, or in the event that
     filled its pending inputs): a record edited since (its config, an input, the module, the stage,
@@ -206,8 +266,10 @@ def _check_explicit_roles(explicit: dict[str, str], selected: list) -> None:
 
 
 def _resolve(store: Store, text: str, inp: recipes.RecipeInput) -> str:
-    if text.startswith("swp_"):   # SWEEP:best[METRIC]: the best point's output (jobs/sweep.py)
-        from jobs.sweep import best_input
+    from lineage.sweeps import is_sweep
+
+    if is_sweep(text):   # SWEEP:best[METRIC]: the best point's output, as the records say (jobs/grid.py)
+        from jobs.grid import best_input
 
         return best_input(store, text, inp.kind)
     art_id = store.resolve_artifact(text)

@@ -21,6 +21,9 @@
     mixed:
       extends: default
       cpu_kernels: avx2      # torch's CPU kernels in every job, whatever each node's CPU offers (runtime/cpu.py)
+    spot:
+      extends: default
+      retries: {preempted: 20, node_failure: 2, time_limit: 1}   # requeues per failure class (lineage/failures.py)
 
 A profile's values override the recipe's resources for the stage. Every value ends up in an sbatch
 script, so each is checked on load (types, ranges, no control characters, sbatch option names):
@@ -35,6 +38,7 @@ from pathlib import Path
 
 import yaml
 
+from lineage.failures import retry_problem
 from runtime.cpu import X86_KERNELS
 from stages import schema
 from jobs.errors import ExecutorError
@@ -88,6 +92,10 @@ def _sbatch_value_ok(v) -> str | None:
     return f"must be a string, a number or true (got {v!r:.60})"
 
 
+#: Requeues allowed per transient failure class, e.g. {preempted: 10, node_failure: 2, time_limit: 1}
+#: (lineage/failures.py: the classes, the defaults, what is refused).
+RETRIES = schema.Map({}, extra=True, required=False, null=True, check=retry_problem)
+
 #: What a profile may hold. Bounds are what no real cluster exceeds: beyond them a value is a typo.
 PROFILE = schema.Map({
     "extends": schema.Str(required=False, null=True),
@@ -112,6 +120,7 @@ PROFILE = schema.Map({
     "container_dir": schema.Str(empty=False, required=False, null=True),
     "store": schema.Str(empty=False, required=False, null=True),
     "cpu_kernels": schema.Str(choices=X86_KERNELS, required=False, null=True),
+    "retries": RETRIES,
 })
 
 #: A stage's `resources` in recipe.yaml: the same quantities, with the same bounds.
@@ -120,6 +129,7 @@ RESOURCES = schema.Map({
     "cpus_per_task": PROFILE.keys["cpus_per_task"], "mem_gb": PROFILE.keys["mem_gb"],
     "time_min": schema.Int(1, 525_600, required=False),          # a year
     "signal_delay_s": schema.Int(1, 3_600, required=False),
+    "retries": RETRIES,
 })
 MAX_MINUTES = 525_600
 
@@ -146,6 +156,7 @@ class Profile:
     container_dir: str | None = None                 # charliecloud: the imported squashfs files (shared)
     store: str | None = None
     cpu_kernels: str | None = None                   # avx512 | avx2 | default: torch's CPU kernels in every job (runtime/cpu.py)
+    retries: dict | None = None                      # requeues per failure class, over the recipe's (lineage/failures.py)
 
 
 KEYS = {f.name for f in fields(Profile)} - {"name"}

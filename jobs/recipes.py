@@ -183,16 +183,110 @@ def split_overrides(overrides: list[str], stages: list[str]) -> dict[str, list[s
 
 def compose(recipe: Recipe, stage: str, overrides: list[str]) -> dict:
     """The stage's resolved config: `<stage>.yaml` + its defaults + overrides, interpolated."""
+    return compose_points(recipe, stage, overrides, [[]])[0]
+
+
+def compose_points(recipe: Recipe, stage: str, overrides: list[str], points: list[list[str]]) -> list[dict]:
+    """The stage's resolved config for each point's own overrides on top of `overrides`."""
+    one = composer(recipe, stage, overrides)
+    return [one(point) for point in points]
+
+
+def composer(recipe: Recipe, stage: str, overrides: list[str]):
+    """point's overrides -> the stage's resolved config. The stage is composed once with `overrides`;
+    each point's overrides are applied to a copy of that composed, not yet interpolated, config, as
+    Hydra applies overrides to the config it composed, and only then interpolated: a sweep of many
+    points pays for one composition. A point that picks a config group (a defaults entry) is composed
+    on its own."""
+    import copy
+
+    groups = {p.name for p in recipe.path.iterdir() if p.is_dir()} if recipe.path.is_dir() else set()
+    base = []
+
+    def one(point: list[str]) -> dict:
+        every = [*overrides, *point]
+        ovs = _guarded(recipe, stage, every, lambda: _parse(point))
+        if any(ov.key_or_group.split(".")[0] in groups for ov in ovs):
+            return _guarded(recipe, stage, every, lambda: _resolved(_composed(recipe, stage, every)))
+        if not base:
+            base.append(_guarded(recipe, stage, overrides, lambda: _composed(recipe, stage, overrides)))
+
+        def applied():
+            cfg = copy.deepcopy(base[0])   # Hydra's composed config is in struct mode: a typo'd key is refused
+            for ov in ovs:
+                _apply(cfg, ov)
+            return _resolved(cfg)
+
+        return _guarded(recipe, stage, every, applied)
+
+    return one
+
+
+def _parse(overrides: list[str]) -> list:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides(overrides) if overrides else []
+
+
+def _composed(recipe: Recipe, stage: str, overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
 
     if not (recipe.path / f"{stage}.yaml").is_file():
         raise RecipeError(f"recipe {recipe.name} has no config {stage}.yaml in {recipe.path}")
+    with initialize_config_dir(config_dir=str(recipe.path), version_base="1.3"):
+        return hydra_compose(config_name=stage, overrides=overrides)
+
+
+def _apply(cfg, ov) -> None:
+    """One parsed override on a composed config, with Hydra's meaning: `~key` deletes, `+key=v` adds a
+    key that must not exist, `++key=v` sets whether or not it exists, `key=v` changes one that exists."""
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    key, value = ov.key_or_group, ov.value()
+    if ov.is_delete():
+        now = OmegaConf.select(cfg, key, throw_on_missing=False)
+        if now is None:
+            raise _Refused(f"Could not delete from config. '{key}' does not exist.")
+        if value is not None and value != now:
+            raise _Refused(f"Could not delete from config. The value of '{key}' is {now} and not {value}.")
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        with open_dict(cfg):
+            del node[leaf]
+    elif ov.is_add():
+        if OmegaConf.select(cfg, key, throw_on_missing=False) is not None:
+            raise _Refused(f"Could not append to config. An item is already at '{key}'.")
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, value, merge=True)
+    elif ov.is_force_add():
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, value, merge=True)
+    else:
+        try:
+            OmegaConf.update(cfg, key, value, merge=True)
+        except (ConfigAttributeError, ConfigKeyError):
+            raise _Refused(f"Could not override '{key}'.") from None
+
+
+class _Refused(Exception):
+    """Hydra's words for an override its composed config refuses; `_guarded` says it as a RecipeError."""
+
+
+def _resolved(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+
+
+def _guarded(recipe: Recipe, stage: str, overrides: list[str], make):
+    """`make()` with every Hydra and OmegaConf error said in one line (an unknown key: the nearest
+    known ones); a resolved config is checked for what a record can hold."""
     try:
-        with initialize_config_dir(config_dir=str(recipe.path), version_base="1.3"):
-            cfg = hydra_compose(config_name=stage, overrides=overrides)
-        resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        value = make()
+    except RecipeError:
+        raise
     except RecursionError:
         raise RecipeError(f"{recipe.name}/{stage}: the config is nested too deeply "
                           f"(at most {MAX_NESTING} levels)") from None
@@ -201,8 +295,9 @@ def compose(recipe: Recipe, stage: str, overrides: list[str]) -> dict:
         if unknown and overrides:
             raise RecipeError(unknown_key(recipe, stage, unknown[1] or unknown[2])) from None
         raise RecipeError(f"{recipe.name}/{stage}: {_one_line(e)}") from None
-    check_values(resolved, f"{recipe.name}/{stage}")
-    return resolved
+    if isinstance(value, dict):
+        check_values(value, f"{recipe.name}/{stage}")
+    return value
 
 
 def _keys(config: dict, head: str = "") -> list[str]:

@@ -205,7 +205,7 @@ def _mpl_graph_svg(nodes, edges, labels, target) -> str:
         (x0, y0), (x1, y1) = pos[a], pos[b]
         ax.text((x0 + x1) / 2, (y0 + y1) / 2, role, fontsize=5.5, color="#555555", ha="center", va="center",
                 zorder=4, parse_math=False, bbox={"fc": "white", "ec": "none", "pad": 0.5})
-    return _fig_svg(fig)
+    return fig_svg(fig)
 
 
 # ---- metric curves ---------------------------------------------------------------------------
@@ -264,10 +264,10 @@ def _curves_svg(series: dict[str, list[tuple[float, float]]]) -> str | None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _fig_svg(fig)
+    return fig_svg(fig)
 
 
-def _fig_svg(fig) -> str:
+def fig_svg(fig) -> str:
     import matplotlib
 
     buf = io.StringIO()
@@ -328,7 +328,7 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
     parts.append(_eval_section(store, idx, [n for n, w in nodes.items() if w == "art"], bad, set(shown)))
     for r in shown:
         parts.append(_run_section(store, idx, r, bad))
-    return _page(title, "\n".join(parts)), re.sub(r"[^A-Za-z0-9_.-]", "_", target)[:64]
+    return page(title, "\n".join(parts)), re.sub(r"[^A-Za-z0-9_.-]", "_", target)[:64]
 
 
 def _chain_note(store, idx, recipe: str) -> str:
@@ -461,7 +461,7 @@ tr.corrupt td,ul.corrupt{color:#a61b1b}
 """
 
 
-def _page(title: str, body: str) -> str:
+def page(title: str, body: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             # Nothing may be fetched: the page must look the same with no network.
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n"

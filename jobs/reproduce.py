@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from jobs.drift import package_drift
 from jobs.errors import JobsError
 from lineage import Store
-from lineage.runspec import RunSpec
 from lineage.states import RunState
 from lineage.store import RunView
 
@@ -26,11 +26,6 @@ class Comparison:
     files: dict[str, list[str]] = field(default_factory=dict)
     metrics: dict[str, tuple] = field(default_factory=dict)
     corrupt: list[str] = field(default_factory=list)  # outputs whose files no longer match their records
-
-
-def package_drift(was: dict, now: dict) -> list[str]:
-    names = sorted(set(was) | set(now))
-    return [f"{n} {was.get(n, '-')} -> {now.get(n, '-')}" for n in names if was.get(n) != now.get(n)]
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, object]:
@@ -78,74 +73,11 @@ def compare(store: Store, old: RunView, new: RunView) -> Comparison:
     return cmp
 
 
-def settle_drift(old: RunView, plan, executor, allow: bool, echo: Callable[[str], None] = print) -> dict:
-    """What a reproduction of `old` would run in now, against what the record says it ran in: the
-    container image (the stage's pin in containers.lock today, when the executor runs it in one) and
-    the Python environment. Asked before the executor prepares, so an image that moved is refused
-    before it is imported. A difference is refused in one line unless `allow`; then the new record
-    says what was recorded and what ran (`env_drift`). Returns the facts for the new record."""
-    from dataclasses import asdict
-
-    spec = old.spec
-    drift: dict = {}
-    image_for = getattr(executor, "image_for", None)   # only an executor that runs images has one
-    image = image_for(asdict(plan.stages[0])) if image_for else None
-    was, now = spec.container_image, image.reference if image else None
-    if was != now:
-        drift["container_image"] = {"recorded": was, "ran": now}
-    env = plan.environment
-    packages = package_drift(spec.environment.get("packages", {}), env["packages"])
-    if spec.environment.get("python") != env["python"]:
-        packages.insert(0, f"python {spec.environment.get('python')} -> {env['python']}")
-    if packages:
-        drift["python"] = {"recorded": spec.environment.get("digest"), "ran": env["digest"], "changes": packages}
-    kernels = recorded_kernels(old)
-    if kernels and env.get("cpu_kernels") and kernels != env["cpu_kernels"]:
-        drift["cpu_kernels"] = {"recorded": kernels, "ran": env["cpu_kernels"]}
-    if drift and not allow:
-        raise JobsError(f"{_drift_words(spec, drift)} (--allow-env-drift runs with what is here now and records the drift)")
-    if drift:
-        echo(f"environment drift (allowed): {_drift_words(spec, drift)}")
-    else:
-        echo(f"environment matches the record: {now or env['digest'][:23]}")
-    return {"reproduces": old.id, **({"env_drift": drift} if drift else {})}
-
-
-def recorded_kernels(view: RunView) -> str | None:
-    """The CPU kernels the run's torch ran on: its last attempt's node's (runtime/cpu.py), else, in a
-    record from before attempts named them, the ones the submitting machine would have run."""
-    ran = [a["cpu_kernels"] for a in view.attempts if a.get("cpu_kernels")]
-    return ran[-1] if ran else view.spec.environment.get("cpu_kernels")
-
-
-def _drift_words(spec: RunSpec, drift: dict) -> str:
-    words = []
-    image = drift.get("container_image")
-    if image:
-        name = spec.container or "the stage's image"
-        if image["recorded"] and image["ran"]:
-            words.append(f"the recorded image {image['recorded']} is no longer the pin of {name!r} "
-                         f"(containers.lock pins {image['ran']})")
-        elif image["recorded"]:
-            words.append(f"the run ran in {image['recorded']}, but profile {spec.profile!r} now runs without containers")
-        else:
-            words.append(f"the run ran without a container, but would now run in {image['ran']}")
-    kernels = drift.get("cpu_kernels")
-    if kernels:
-        words.append(f"the run's torch ran {kernels['recorded']} CPU kernels, here it would run {kernels['ran']} "
-                     f"(other floats; ATEN_CPU_CAPABILITY={kernels['recorded']} runs the recorded ones where the CPU has them)")
-    changes = drift.get("python", {}).get("changes", [])
-    if changes:
-        words.append("environment differs from the record: " + "; ".join(changes[:5])
-                     + (f"; … {len(changes) - 5} more" if len(changes) > 5 else ""))
-    return "; ".join(words)
-
-
 def reproduce(store: Store, run_id: str, allow_env_drift: bool, wait: bool = True,
               echo: Callable[[str], None] = print) -> tuple[str, Comparison | None]:
     """Submit `run_id` again through the one submit path, on the executor and profile its record
     names, and compare outputs once it ends. `wait=False` returns after a Slurm submission (None)."""
-    from jobs.submit import Request, submit_runs
+    from jobs.submit import Request, submit
 
     old = store.run(run_id)
     spec = old.spec
@@ -159,7 +91,7 @@ def reproduce(store: Store, run_id: str, allow_env_drift: bool, wait: bool = Tru
     echo(f"reproducing {run_id} ({spec.recipe}/{spec.stage}) on {where} with the code snapshot "
          f"{str(spec.code.get('snapshot'))[:16]} and inputs "
          + (", ".join(f"{r}={a[:16]}" for r, a in sorted(old.inputs.items())) or "(none)"))
-    (new_id,), _ = submit_runs(req, echo)
+    (new_id,) = submit(req, echo).runs
     if executor == "slurm":
         if not wait:
             echo(f"{new_id} submitted; when it has ended: jobs reproduce --compare {new_id}")
@@ -177,7 +109,7 @@ def wait_for(store: Store, run_id: str, echo: Callable[[str], None], poll_s: flo
     saying each change of its state once."""
     import time
 
-    from jobs.status import statuses
+    from jobs.reconcile import statuses
     from lineage.states import TERMINAL
 
     said = None

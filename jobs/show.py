@@ -9,6 +9,10 @@ from pathlib import Path
 from typing import Iterable
 
 
+#: An attempt's phases as runtime/entry.py times them, in the order they run.
+PHASES = ("verify", "ray_start", "stage", "ray_stop", "gate", "register")
+
+
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
@@ -60,10 +64,10 @@ def print_runs(rows: Iterable, as_json: bool = False, store=None, metric: str | 
 
 def _state(store, row: dict) -> str:
     """A running run whose process is gone without recording an end is LOST here, as `jobs status`
-    folds it (jobs.status.lost; computed on read, nothing written)."""
+    folds it (jobs.reconcile.lost; computed on read, nothing written)."""
     if store is None or row["state"] != "RUNNING":
         return row["state"] or "?"
-    from jobs.status import lost
+    from jobs.reconcile import lost
 
     return lost(store.run(row["id"])).state
 
@@ -95,7 +99,7 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
         from jobs.metrics import facts
         v = store.run(run_id)
         doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
-               "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "trackers": v.trackers,
+               "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "gate": v.gate, "trackers": v.trackers,
                **facts(v)}   # metrics, duration_s, ended
         print_json(doc)
         return None
@@ -115,7 +119,7 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
 
 
 def print_run(store, idx, run_id: str) -> None:
-    from jobs.status import lost
+    from jobs.reconcile import lost
 
     v = lost(store.run(run_id))   # a vanished process: LOST, as every view says
     s = v.spec
@@ -154,7 +158,13 @@ def print_run(store, idx, run_id: str) -> None:
         why = a.get("reason") or (a.get("error") if a.get("exit") == "error" else None)
         kernels = f" ({a['cpu_kernels']})" if a.get("cpu_kernels") else ""
         print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}{kernels}  {_when(a.get('start'))}  {took}  "
-              f"exit {a.get('exit', '-')}" + (f"  ({why})" if why else ""))
+              f"exit {a.get('exit', '-')}" + (f"  class {a['failure_class']}" if a.get("failure_class") else "")
+              + (f"  ({why})" if why else ""))
+        ph = a.get("phases") or {}   # runtime/entry.py: where the attempt's time went, in the order it went
+        if ph:
+            print("phases    " + "  ".join(f"{k} {ph[k]:.1f} s" for k in PHASES if isinstance(ph.get(k), (int, float))))
+    for c in v.gate:   # the results gate (stages/gate.py): what the outputs showed, one check a line
+        print(f"gate      {'pass' if c.get('ok') else 'FAIL'}  {c.get('name', '?'):<8} {c.get('detail', '')}")
     for name, where in sorted(v.trackers.items()):
         print(f"tracker   {name:<10} {where}")
     if v.metrics:
@@ -307,23 +317,3 @@ def _text_tree(idx, art_id: str, nodes: dict[str, str]) -> str:
     if len(lines) == n:
         lines.append("  (none yet)")
     return "\n".join(lines)
-
-
-def format_plan(plan, store=None) -> str:
-    """A local dry run: what each stage would run with (its inputs by ID and by the name each was
-    registered as, when `store` is given), and what it would launch when its module can tell
-    (`preview(config, resources)`: the Megatron-Bridge overrides, the NeMo RL config)."""
-    import importlib
-
-    idx = store.index() if store is not None and any(sp.inputs for sp in plan.stages) else None
-    out = []
-    for sp in plan.stages:
-        out.append(f"### {sp.recipe}/{sp.stage}  ({sp.module})")
-        out += [f"input  {role:<10} {art}{_own_name(idx, art)}" for role, art in sorted(sp.inputs.items())]
-        out += [f"input  {role:<10} <- {stage}.{o} of this submission" for role, (stage, o) in sorted(sp.upstream.items())]
-        out.append("config " + json.dumps(sp.config, sort_keys=True))
-        preview = getattr(importlib.import_module(sp.module), "preview", None)
-        text = preview(sp.config, sp.resources) if preview else None
-        if text:
-            out.append(text.rstrip("\n"))
-    return "\n".join(out)

@@ -1,378 +1,29 @@
 """Sweeps: one stage's config over a grid, every point an ordinary run with its own record.
 
 `jobs submit RECIPE --stage S --sweep KEY=V1,V2 [--sweep KEY2=range(1,4)]` takes Hydra's sweep
-grammar (comma lists, `range()`, `choice()`) and plans the grid of every combination, sized from
-the expressions' arithmetic before a point is listed (at most MaxArraySize points). The inputs,
-code snapshot and environment are settled once for all points; each point's config is composed and
-checked like a single run's, so one bad value refuses the whole sweep before anything is written.
-Points whose identical run already succeeded are reused (the run cache), points still queued or
-running from an earlier submission of the same sweep are left alone, and the rest run: on Slurm
-as one job array (`--max-parallel N` -> `%N`), here one after another (or N at a time).
-The sweep's record lives in lineage/sweeps.py; `status`, `list --sweep`, `compare`, `report` and
-`cancel` take a sweep ID, and `--input ROLE=SWEEP:best[METRIC]` feeds the best point's output on.
+grammar (comma lists, `range()`, `choice()`); `parse` reads it and sizes the grid of every
+combination from the expressions' arithmetic before a point is listed (at most MaxArraySize points).
+The points then go down the one submit path (jobs/submit.py): planned once (jobs/plan.py
+`make_sweep_plan`), each point's config checked like a single run's, settled and recorded
+(jobs/record.py), and the executor runs them: on Slurm as one job array (`--max-parallel N` ->
+`%N`), here one after another (or N at a time).
+The grammar, the points and the ranking that `--input ROLE=SWEEP:best[METRIC]` reads sit on the
+submission path, in jobs/grid.py; what stays here are the sweep's views. The sweep's record lives in
+lineage/sweeps.py; `status`, `list --sweep`, `compare`, `report` and `cancel` take a sweep ID.
 """
 from __future__ import annotations
 
-import itertools
-import math
-import re
-from dataclasses import dataclass, replace
-from typing import Callable
-
-from jobs.errors import InputError, JobsError, RecipeError
+from jobs.errors import JobsError
+from jobs.grid import numeric, ranked, said, sweep_view
 from lineage.states import TERMINAL, RunState
-
-# Metric names where more is better; any other (a loss) ranks lowest first.
-HIGHER = re.compile(r"acc|exact|match|pass@|reward|score|f1|win", re.I)
-
-
-# A sweep is sized before a single point is listed: at most this many points, Slurm's own default
-# MaxArraySize (an array's task IDs are 0..MaxArraySize-1), or the cluster's MaxArraySize on Slurm.
-DEFAULT_MAX_POINTS = 1001
-
-
-@dataclass(frozen=True)
-class Axis:
-    key: str             # as the override spells it (with a leading + or ++ when it adds a key)
-    values: list[str]
-
-
-def max_points(executor: str) -> tuple[int, str]:
-    """The most points a sweep may have, and where that number comes from."""
-    if executor == "slurm":
-        import subprocess
-
-        try:
-            out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        m = re.search(r"^MaxArraySize\s*=\s*(\d+)\s*$", out, re.M)
-        if m and int(m[1]) > 0:
-            return int(m[1]), "the cluster's MaxArraySize"
-    return DEFAULT_MAX_POINTS, "Slurm's default MaxArraySize"
-
-
-def parse(specs: list[str], limit: tuple[int, str] = (DEFAULT_MAX_POINTS, "Slurm's default MaxArraySize"),
-          ) -> list[Axis]:
-    """--sweep KEY=V1,V2 | KEY=range(a,b[,step]) | KEY=choice(a,b): Hydra's discrete sweeps.
-
-    The one reading of a sweep expression: Hydra's parser gives the expression's tree, each axis is
-    sized from its arithmetic (a range's length) and the grid from their product, all before a value
-    is listed, so a grid of 10^12 points is refused as fast as one of ten."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    cap, whence = limit
-    axes: list[Axis] = []
-    for text in specs:
-        try:
-            ov = OverridesParser.create().parse_overrides([text])[0]
-        except HydraException as e:
-            raise RecipeError(f"bad --sweep {_shown(text)}: {_one_line(e)}") from None
-        except RecursionError:
-            raise RecipeError(f"bad --sweep {_shown(text)}: nested too deeply to parse") from None
-        if ov.is_delete():
-            raise RecipeError(f"bad --sweep {_shown(text)}: a sweep sets values; ~KEY deletes one")
-        key = ov.get_key_element()
-        if any(a.key.lstrip("+") == key.lstrip("+") for a in axes):
-            raise RecipeError(f"--sweep {ov.key_or_group} is given twice: put every value in one --sweep")
-        values = _values(ov, text, cap, whence) if ov.is_sweep_override() else [ov.get_value_element_as_str()]
-        if len(set(values)) != len(values):
-            raise RecipeError(f"bad --sweep {_shown(text)}: a value is repeated")
-        axes.append(Axis(key, values))
-    size = math.prod(len(a.values) for a in axes)
-    if size > cap:
-        raise RecipeError(f"--sweep: a grid of {' x '.join(str(len(a.values)) for a in axes)} = {_count(size)} points; "
-                          f"a sweep has at most {cap} ({whence}): split it into smaller sweeps")
-    return axes
-
-
-def _values(ov, text: str, cap: int, whence: str) -> list[str]:
-    """A sweep override's values, each axis sized before it is listed."""
-    from hydra.core.override_parser.types import ChoiceSweep, Glob, IntervalSweep, RangeSweep, Sweep
-
-    def bad(why: str) -> RecipeError:
-        return RecipeError(f"bad --sweep {_shown(text)}: {why}")
-
-    v = ov.value()
-    if isinstance(v, IntervalSweep):
-        raise bad("interval() has no points to run; give values, range() or choice()")
-    if isinstance(v, Glob):
-        raise bad("glob() picks config groups, not values; give values, range() or choice()")
-    if getattr(v, "shuffle", False):   # a new order each time would be a new sweep (its ID) each time
-        raise bad("shuffle() gives a new order, and so a new sweep, on every call; give the values in the order to run")
-    if isinstance(v, RangeSweep):
-        start, stop, step = v.start, v.stop, v.step
-        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (start, stop, step)):
-            raise bad("range() takes finite numbers")
-        if step == 0:
-            raise bad("range() step is 0")
-        # ceil((stop - start) / step), exact for integers of any size
-        n = max(0, -((start - stop) // step) if all(isinstance(x, int) for x in (start, stop, step))
-                else math.ceil((stop - start) / step))
-        if n == 0:
-            raise bad(f"range({start},{stop},{step}) has no values (stop must lie past start in the step's direction)")
-    elif isinstance(v, (ChoiceSweep, list)):
-        items = v.list if isinstance(v, ChoiceSweep) else v
-        if any(isinstance(x, Sweep) for x in items):
-            raise bad("a sweep inside a sweep (choice() or range() among the values); give one list of values, "
-                      "or one range()")
-        n = len(items)
-    else:
-        raise bad("give values, range() or choice()")
-    if n > cap:
-        raise bad(f"{_count(n)} values; a sweep has at most {cap} points ({whence})")
-    return list(itertools.islice(ov.sweep_string_iterator(), cap + 1))
-
-
-def _count(n: int | float) -> str:
-    return str(n) if n < 10**15 else f"{float(n):.3g}"
-
-
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 80 else text[:77] + "...")
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text if len(text) < 300 else text[:297] + "..."
-
-
-def grid(axes: list[Axis]) -> list[dict[str, str]]:
-    """Every combination, the last axis varying fastest: [{key: value}, …]."""
-    return [dict(zip([a.key for a in axes], combo)) for combo in itertools.product(*[a.values for a in axes])]
-
-
-def said(point: dict[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in point.items())
-
+from lineage.sweeps import PREFIX, is_sweep
 
 def _said(view, point: dict) -> str:
     """A recorded point's values in the order of the sweep's keys (records keep keys sorted)."""
     return said({k: point["values"].get(k) for k in view.keys})
 
 
-@dataclass(frozen=True)
-class SweepPlan:
-    plan: "object"          # jobs.plan.Plan: recipe, executor, code and environment, the first point's stage
-    axes: list[Axis]
-    points: list[dict[str, str]]
-    stages: list          # one jobs.plan.StagePlan per point
-
-
-def make(store, recipe_name: str, stage: str, axes: list[Axis], overrides: list[str], inputs: list[str],
-         executor: str) -> SweepPlan:
-    """Plan every point; inputs, code and environment are resolved once (from the first point's plan)."""
-    from jobs import recipes
-    from jobs.plan import _check_config, make_plan
-
-    recipe = recipes.load(recipe_name)
-    selected = recipe.select(stage)
-    if len(selected) != 1:
-        raise RecipeError(f"--sweep runs one stage; --stage {stage!r} selects {len(selected)} "
-                          f"({', '.join(s.name for s in selected) or 'none'})")
-    spec = selected[0]
-    swept = {a.key.lstrip("+") for a in axes}
-    for key in sorted(swept):   # the same answer for every point, before any is composed
-        head = key.split(".")[0]
-        if head != spec.name and head in recipe.stages:
-            raise RecipeError(f"--sweep {key} sets the config of stage {head}, but the sweep runs {spec.name}: "
-                              f"sweep {spec.name}'s keys (or run --stage {head})")
-    for text in overrides:
-        key = text.split("=", 1)[0].lstrip("+~")
-        if key in swept:
-            raise RecipeError(f"{key} is both swept (--sweep) and set ({text}): keep one")
-    points = grid(axes)
-
-    def point_error(point: dict, e: JobsError) -> JobsError:
-        return RecipeError(f"sweep point {said(point)}: {e}; nothing was submitted")
-
-    extra = [f"{k}={v}" for k, v in points[0].items()]
-    try:
-        plan = make_plan(store, recipe.name, spec.name, overrides=[*overrides, *extra], inputs=inputs, executor=executor)
-    except RecipeError as e:
-        raise point_error(points[0], e) from None
-    stages = [plan.stages[0]]
-    for point in points[1:]:
-        try:
-            routed = recipes.split_overrides([*overrides, *(f"{k}={v}" for k, v in point.items())], [spec.name])
-            config = recipes.compose(recipe, spec.name, routed[spec.name])
-            _check_config(recipe.name, spec, config)
-        except RecipeError as e:
-            raise point_error(point, e) from None
-        stages.append(replace(plan.stages[0], config=config))
-    return SweepPlan(plan=plan, axes=axes, points=points, stages=stages)
-
-
-def _one(plan, sp):
-    return replace(plan, stages=[sp])
-
-
-def _needs(sp) -> tuple:
-    """What of a point's config the executor's checks depend on (the modules its image must have)."""
-    from dataclasses import asdict
-
-    from runtime.image import needs
-
-    return tuple(needs(asdict(sp)))
-
-
-def submit(req, sweeps: list[str], max_parallel: int | None = None,
-           echo: Callable[[str], None] = print) -> tuple[str | None, list[str], bool]:
-    """Plan, check, record and launch a sweep. (sweep ID, the runs recorded now, every local run succeeded)."""
-    from jobs import executors, profiles
-    from jobs.plan import run_spec, verify_inputs
-    from jobs.provenance import CodeChanged, store_snapshot
-    from jobs.record import cached
-    from jobs.submit import store_root
-    from lineage import Store
-    from lineage import sweeps as records
-
-    if max_parallel is not None and max_parallel < 1:
-        raise JobsError(f"--max-parallel must be at least 1 (got {max_parallel})")
-    axes = parse(sweeps, max_points(req.executor))
-    profile = profiles.load(req.profile) if req.executor == "slurm" or req.profile else None
-    store = Store(store_root(req.store, profile))
-    executor = executors.get(req.executor, profile, allow_unpinned=req.allow_unpinned)
-    for tries in (1, 2, 3):
-        sw = make(store, req.recipe, req.stages, axes, req.overrides, req.inputs, req.executor)
-        plan = sw.plan
-        profiles.check_resources(plan.stages[0].resources, f"{plan.recipe}/{plan.stages[0].stage} in recipe.yaml")
-        verify_inputs(store, plan)
-        if req.dry_run:
-            echo(f"# sweep of {len(sw.points)} point(s) of {plan.recipe}/{plan.stages[0].stage}"
-                 + (f", one Slurm job array %{min(max_parallel or len(sw.points), len(sw.points))}"
-                    if req.executor == "slurm" else ", one after another"))
-            echo("\n".join(f"#   point {i}: {said(p)}" for i, p in enumerate(sw.points)))
-            if req.executor == "slurm":   # the array launch_array submits, not one point's script
-                echo(executor.dry_run_array(store.root, plan, len(sw.points), max_parallel,
-                                            store.root / "sweeps" / "<sweep>"))
-            else:
-                echo(executor.dry_run(store.root, plan))
-            return None, [], True
-        # The executor checks one point per distinct set of needs (resources and image are the stage's).
-        groups: dict[tuple, int] = {}
-        for i, sp in enumerate(sw.stages):
-            groups.setdefault(_needs(sp), i)
-        reps = sorted(set(groups.values()))
-        prepared_of = dict(zip(reps, executor.prepare(store.root, replace(plan, stages=[sw.stages[i] for i in reps]))))
-        prepared = [prepared_of[groups[_needs(sp)]] for sp in sw.stages]
-        store = Store.open(store.root, create=True)
-        store.ensure_writable()
-        try:
-            store_snapshot(store, plan.code)
-            break
-        except CodeChanged:
-            if tries == 3:
-                raise
-
-    specs = [run_spec(_one(plan, sp), 0, [p.record], dict(sp.inputs), {}) for sp, p in zip(sw.stages, prepared)]
-    keys = [s.key() for s in specs]
-    sweep_id = records.make_id(keys)
-    standing = _standing(store, sweep_id)
-    idx = store.index()
-    runs: dict[int, str] = {}
-    todo: list[int] = []
-    for i, key in enumerate(keys):
-        if not req.force:
-            hit = cached(store, idx, key)
-            if hit:
-                runs[i] = hit
-                echo(f"{hit}  point {i} reused: an identical run already succeeded ({said(sw.points[i])})")
-                continue
-            if standing.get(i):
-                runs[i] = standing[i]
-                echo(f"{standing[i]}  point {i} still {store.run(standing[i]).state} from an earlier submission "
-                     f"({said(sw.points[i])})")
-                continue
-        todo.append(i)
-    records.write(store, sweep_id, {
-        "recipe": plan.recipe, "stage": plan.stages[0].stage, "keys": [a.key for a in axes],
-        "overrides": list(req.overrides), "executor": req.executor,
-        "points": [{"values": p, "run_key": k} for p, k in zip(sw.points, keys)]})
-    for i in todo:
-        runs[i] = store.create_run(specs[i].with_(
-            run_key=keys[i], sweep={"id": sweep_id, "point": i, "values": sw.points[i]}))
-    records.add_submission(store, sweep_id, runs, recorded=[runs[i] for i in todo], max_parallel=max_parallel)
-    new = [runs[i] for i in todo]
-    echo(f"sweep {sweep_id}: {len(sw.points)} point(s), {len(new)} to run, {len(sw.points) - len(new)} reused "
-         f"or still running; recorded {len(new)} run(s) in {store.root}")
-    for i in todo:   # which run is which point, before the launch lines that name runs only
-        echo(f"{runs[i]}  point {i}: {said(sw.points[i])}")
-    if not new:
-        return sweep_id, [], True
-    from jobs.submit import _code_on_path
-
-    with _code_on_path(plan.code.get("root")):
-        if req.executor == "slurm":
-            executor.launch_array(store, new, [prepared[i] for i in todo], store.folder(f"sweeps/{sweep_id}"),
-                                  max_parallel, sweep_id, echo=echo)
-            return sweep_id, new, True
-        # Independent points: one failing does not stop the others; --max-parallel N runs N at once.
-        def one(i: int) -> bool:
-            return executor.launch(store, [runs[i]], [prepared[i]], echo=echo)
-
-        if (max_parallel or 1) > 1 and len(todo) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(max_parallel) as pool:
-                return sweep_id, new, all(list(pool.map(one, todo)))
-        return sweep_id, new, all([one(i) for i in todo])
-
-
-def _standing(store, sweep_id: str) -> dict[int, str]:
-    """Points of an earlier submission of this sweep still queued or running (checked with Slurm)."""
-    from jobs.status import statuses
-    from lineage import sweeps as records
-    from lineage.errors import NotFound
-
-    try:
-        view = records.read(store, sweep_id)
-    except NotFound:
-        return {}
-    ids = [r for r in view.runs if r]
-    alive = {v.id for v, _ in statuses(store, ids) if v.state not in TERMINAL and v.state != RunState.LOST}
-    return {i: r for i, r in enumerate(view.runs) if r in alive}
-
-
 # ---- queries on a sweep ---------------------------------------------------------------------------
-
-
-def _view(store, text: str):
-    from lineage import sweeps as records
-
-    return records.read(store, records.resolve(store, text))
-
-
-def _metric_of(view, runs, metric: str | None) -> tuple[str, bool]:
-    """The metric that ranks the points, and whether higher is better: the one asked for, else the
-    stage's loss (`<stage>/loss`), else the first numeric metric the points logged."""
-    seen = sorted({k for r in runs if r is not None for k, v in r.metrics.items() if _num(v)})
-    if metric is None:
-        for want in (f"{view.stage}/loss",):
-            if want in seen:
-                metric = want
-        metric = metric or next((k for k in seen if k.endswith("/loss")), None) or (seen[0] if seen else None)
-        if metric is None:
-            raise JobsError(f"sweep {view.id}: no point has recorded a metric yet")
-    elif seen and metric not in seen:
-        raise JobsError(f"sweep {view.id}: no point recorded metric {metric!r} (metrics: {', '.join(seen)})")
-    return metric, bool(HIGHER.search(metric))
-
-
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def ranked(store, text: str, metric: str | None = None):
-    """(sweep view, per point its RunView or None, metric, higher_is_better, index of the best point or None)."""
-    view = _view(store, text)
-    runs = [store.run(r) if r else None for r in view.runs]
-    metric, higher = _metric_of(view, runs, metric)
-    scored = [(r.metrics[metric], i) for i, r in enumerate(runs)
-              if r is not None and r.state == RunState.SUCCEEDED and _num(r.metrics.get(metric))]
-    best = (max(scored) if higher else min(scored))[1] if scored else None
-    return view, runs, metric, higher, best
 
 
 def compare(store, ident: str, metric: str | None = None, as_json: bool = False) -> list[str]:
@@ -393,7 +44,7 @@ def compare(store, ident: str, metric: str | None = None, as_json: bool = False)
              f"   POINT  {head}  {'STATE':<10} {metric:>14}  RUN"]
     for i, (p, r) in enumerate(zip(view.points, runs)):
         value = r.metrics.get(metric) if r else None
-        shown = f"{value:.6g}" if _num(value) else "-"
+        shown = f"{value:.6g}" if numeric(value) else "-"
         cells = "  ".join(f"{str(p['values'].get(k, '')):<{w}}" for k, w in zip(view.keys, widths))
         lines.append(f"{'*' if i == best else ' '}  {i:>5}  {cells}  {(r.state if r else '-'):<10} {shown:>14}  "
                      f"{r.id if r else '-'}")
@@ -412,7 +63,7 @@ def status(store, ident: str, as_json: bool = False, lines: bool = False) -> lis
     from jobs.status import format_rows, rows
     from lineage.records import strict_json
 
-    view = _view(store, ident)
+    view = sweep_view(store, ident)
     ids = [r for r in view.runs if r]
     by_run = {row.run: row for row in rows(store, ids)}
     if as_json or lines:
@@ -434,7 +85,7 @@ def status(store, ident: str, as_json: bool = False, lines: bool = False) -> lis
 
 def run_rows(store, ident: str) -> list:
     """`jobs list --sweep SWEEP`: the index rows of the runs standing for the points, newest first."""
-    view = _view(store, ident)
+    view = sweep_view(store, ident)
     idx = store.index()
     rows = [idx.run_row(r) for r in dict.fromkeys(r for r in view.runs if r)]
     return sorted((r for r in rows if r is not None), key=lambda r: r["id"], reverse=True)
@@ -455,9 +106,10 @@ def cancel(store, ident: str) -> list[str]:
     """`jobs cancel SWEEP`: every point not yet ended; a Slurm array is cancelled as a whole."""
     import subprocess
 
-    from jobs.status import cancel as cancel_one, slurm_job
+    from jobs.cancel import cancel as cancel_one
+    from jobs.reconcile import slurm_job
 
-    view = _view(store, ident)
+    view = sweep_view(store, ident)
     store.ensure_writable()
     lines, arrays, in_arrays, alone = [], set(), [], []
     for r in view.runs:
@@ -497,26 +149,26 @@ def report(store, ident: str, out, metric: str | None = None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from jobs.report import _fig_svg, _page, inline_svg
+    from jobs.report import fig_svg, inline_svg, page
 
     view, runs, metric, higher, best = ranked(store, ident, metric)
     x_key, others = view.keys[0], view.keys[1:]
     series: dict[str, list[tuple]] = {}
     for i, (p, r) in enumerate(zip(view.points, runs)):
-        if r is None or not _num(r.metrics.get(metric)):
+        if r is None or not numeric(r.metrics.get(metric)):
             continue
         label = said({k: p["values"][k] for k in others}) or metric
         series.setdefault(label, []).append((p["values"][x_key], r.metrics[metric], i == best))
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     xs = list(dict.fromkeys(p["values"][x_key] for p in view.points))
-    numeric = all(_float(x) is not None for x in xs)
+    numeric_x = all(_float(x) is not None for x in xs)
     for label, pts in series.items():
-        pos = [_float(x) if numeric else xs.index(x) for x, _, _ in pts]
+        pos = [_float(x) if numeric_x else xs.index(x) for x, _, _ in pts]
         ax.plot(pos, [y for _, y, _ in pts], marker="o", label=label)
         for (x, y, is_best), px in zip(pts, pos):
             if is_best:
                 ax.plot([px], [y], marker="*", markersize=16, color="black", linestyle="none", label="best")
-    if not numeric:
+    if not numeric_x:
         ax.set_xticks(range(len(xs)), xs)
     elif log_axis(x_key, [_float(x) for x in xs]):
         ax.set_xscale("log")
@@ -525,12 +177,12 @@ def report(store, ident: str, out, metric: str | None = None):
     ax.legend(fontsize="small")
     ax.set_title(f"sweep {view.id}: {view.recipe}/{view.stage}")
     fig.tight_layout()
-    svg = _fig_svg(fig)
+    svg = fig_svg(fig)
     plt.close(fig)
     table = "\n".join(compare(store, view.id, metric))
     body = (f"<h1>sweep {html.escape(view.id)}</h1>\n{inline_svg(svg)}\n<pre>{html.escape(table)}</pre>")
     path = Path(out) if out else Path(f"report-{view.id}.html")
-    path.write_text(_page(f"sweep {view.id}", body))
+    path.write_text(page(f"sweep {view.id}", body))
     return path
 
 
@@ -550,35 +202,8 @@ def _float(x: str) -> float | None:
         return None
 
 
-# ---- a later stage takes the best point's output -------------------------------------------------
-BEST = re.compile(r"^(swp_[0-9a-f]{1,16}):best(?:\[([^\]]+)\])?$")
-
-
-def best_input(store, text: str, kind: str) -> str:
-    """`SWEEP:best` or `SWEEP:best[METRIC]` -> the artifact of `kind` the best point's run made."""
-    m = BEST.match(text)
-    if not m:
-        raise InputError(f"bad input {text!r}: a sweep is given as SWEEP:best or SWEEP:best[METRIC]")
-    from jobs.status import statuses
-    from lineage import sweeps as records
-
-    view = records.read(store, records.resolve(store, m[1]))
-    busy = [v.id for v, _ in statuses(store, [r for r in view.runs if r])
-            if v.state not in TERMINAL and v.state != RunState.LOST]
-    if busy:   # the best so far is not the sweep's best
-        raise InputError(f"sweep {view.id}: {len(busy)} point(s) not ended yet; wait for them (jobs status {view.id})")
-    view, runs, metric, higher, best = ranked(store, view.id, m[2])
-    if best is None:
-        raise InputError(f"sweep {view.id}: no point has succeeded with metric {metric}; no best point yet")
-    outs = {name: art for name, art in runs[best].outputs.items() if store.artifact(art).get("kind") == kind}
-    if len(outs) != 1:
-        raise InputError(f"sweep {view.id}: the best point's run {runs[best].id} has "
-                         f"{'no' if not outs else 'several'} {kind} output(s)")
-    return next(iter(outs.values()))
-
-
 def compare_command(store, ident: str, metric: str | None, as_json: bool) -> int:
-    if not ident.startswith("swp_"):
-        raise JobsError(f"compare takes a sweep ID (swp_…), not {ident!r}")
+    if not is_sweep(ident):
+        raise JobsError(f"compare takes a sweep ID ({PREFIX}…), not {ident!r}")
     print("\n".join(compare(store, ident, metric, as_json)))
     return 0

@@ -220,5 +220,21 @@ def manifest(root: Path, cache: StatCache | None = None, workers: int | None = N
     ]
 
 
+def copy_file(src, dest: Path, st: os.stat_result) -> dict:
+    """Copy the open regular file `src` to the new file `dest` (its mode kept, plus owner read and
+    write; its times kept), hashing the bytes as they pass: {size, digest, mode}, as `manifest`
+    gives them."""
+    h = hashlib.sha256()
+    size = 0
+    with open(dest, "xb") as out:
+        while chunk := src.read(CHUNK):
+            h.update(chunk)
+            out.write(chunk)
+            size += len(chunk)
+        os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IWUSR)
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return {"size": size, "digest": f"{ALGORITHM}:{h.hexdigest()}", "mode": normal_mode(st.st_mode)}
+
+
 def artifact_id(entries: list[dict]) -> str:
     return "art_" + hash_json(entries).value

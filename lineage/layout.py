@@ -5,6 +5,7 @@
     <root>/code/<art_id>/           a code snapshot, what a job runs
     <root>/imports/<id>/<name>      what `jobs add` copied in
     <root>/runtime/                 the runtime bundles container jobs put on sys.path
+    <root>/sweeps/<sweep_id>/       a sweep's Slurm job array: its submission script and every task's logs
 
 Launcher, runtime and stages ask for a path by its meaning, so the layout can change here alone.
 The kept training snapshots under a run's checkpoints (`keep/<series>-step<N>.{pt,json}`) are written
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from lineage.records import strict_json
 
-RECORDS, REFS, RUNS, CODE, IMPORTS, RUNTIME = "records", "refs", "runs", "code", "imports", "runtime"
+RECORDS, REFS, RUNS, CODE, IMPORTS, RUNTIME, SWEEPS = "records", "refs", "runs", "code", "imports", "runtime", "sweeps"
 
 
 def run_path(root: Path, run_id: str) -> Path:
@@ -35,6 +36,11 @@ def import_path(root: Path, ident: str, name: str) -> Path:
 
 def runtime_path(root: Path) -> Path:
     return Path(root) / RUNTIME
+
+
+def sweep_path(root: Path, sweep_id: str) -> Path:
+    """Where a sweep's job array keeps its submission script and its tasks' logs (submitit's folder)."""
+    return Path(root) / SWEEPS / sweep_id
 
 
 @dataclass(frozen=True)

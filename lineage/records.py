@@ -43,6 +43,22 @@ def folder_mode(parent_mode: int) -> int:
     return mode | stat.S_ISVTX if mode & 0o022 else mode
 
 
+def open_regular(path: Path):
+    """`path` opened for reading if it is a regular file, else None: a FIFO, device or symbolic link
+    planted in a run folder is never followed and never blocks the reader (O_NONBLOCK, then fstat).
+    FileNotFoundError when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return None   # a link (ELOOP), or nothing we may read
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return open(fd, "rb")
+
+
 def open_folder(root: Path, rel: Path | str, *, create: bool = False) -> int:
     """A descriptor of the folder `root/rel`, reached one name at a time from `root` without ever
     following a symbolic link: a link (or a file) planted anywhere below `root` is Unsafe, so a write

@@ -42,6 +42,7 @@ class RunSpec:
     env_drift: dict | None = None
     run_key: str | None = None      # set when every input is known at submit (lineage.ids.run_key)
     sweep: dict | None = None       # a sweep's point: {"id", "point", "values"} (jobs/sweep.py)
+    retries: dict | None = None     # a Slurm run's requeues allowed per failure class (lineage/failures.py)
     id: str | None = None           # set by Store.create_run
     created: float | None = None
     extra: dict = field(default_factory=dict)   # keys of a record this type does not name, kept as read

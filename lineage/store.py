@@ -52,18 +52,17 @@ from typing import Any
 from lineage import hashing, refs
 from lineage.errors import Ambiguous, Corrupt, Damaged, LineageError, NotFound, StoreUnusable, Unsafe, show_path
 from lineage.ids import fanout, uuid7
-from lineage.layout import RECORDS, run_path
-from lineage.records import open_folder, read_kind, read_record, write_record
+from lineage.layout import CODE, IMPORTS, RECORDS, REFS, RUNS, RUNTIME, SWEEPS, import_path, run_path
+from lineage.records import open_folder, read_kind, write_record
 from lineage.runspec import RunSpec
 from lineage.states import RunState
-from lineage.runspec import RunSpec
 
 MARKER = "jobs-store.json"
 ART_ID = re.compile(r"^art_[0-9a-f]{64}$")
 RUN_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 #: The store's own folders: none of them may be a symbolic link (Store.open refuses the store).
-OWN_FOLDERS = ("records", "records/run", "records/event", "records/artifact", "records/location", "refs", "runs",
-               "code", "imports", "runtime")
+OWN_FOLDERS = (RECORDS, *(f"{RECORDS}/{kind}" for kind in ("run", "event", "artifact", "location")), REFS, RUNS,
+               CODE, IMPORTS, RUNTIME, SWEEPS)
 #: Event fields that hold a path: recorded relative to the store root, shown absolute in this store.
 PATH_FIELDS = ("folder", "tensorboard", "wandb")
 
@@ -88,6 +87,8 @@ class RunView:
     attempts: list[dict] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     trackers: dict[str, str] = field(default_factory=dict)
+    #: The results gate's checks of the last attempt that reached it (stages/gate.py): name, ok, detail.
+    gate: list[dict] = field(default_factory=list)
     jobs: list[dict] = field(default_factory=list)
     pinned: bool = False
     updated: float = 0.0
@@ -113,6 +114,8 @@ def fold(run_id: str, spec: RunSpec, events: list[dict]) -> RunView:
             view.metrics.update(ev["metrics"])
         elif kind == "tracker":
             view.trackers.update(ev["trackers"])
+        elif kind == "gate":
+            view.gate = list(ev["checks"])
         elif kind == "pin":
             view.pinned = ev["pinned"]
         elif kind == "job":
@@ -124,8 +127,8 @@ def fold(run_id: str, spec: RunSpec, events: list[dict]) -> RunView:
 class Store:
     def __init__(self, root: Path):
         self.root = Path(root).absolute()
-        self.records = self.root / "records"
-        self.refs = self.root / "refs"
+        self.records = self.root / RECORDS   # lineage/ only: the launcher asks by meaning
+        self.refs = self.root / REFS
 
     # ---- opening -------------------------------------------------------------------------
     @classmethod
@@ -160,7 +163,7 @@ class Store:
             if foreign and not marker.exists():
                 raise StoreUnusable(f"{store.root} is a non-empty folder that is not a jobs store")
             if write_record(marker, {"format": 1, "created": time.time()}, exclusive=True):
-                for top in ("records", "refs", "runs", "code", "imports"):  # with the root's mode, for a team
+                for top in (RECORDS, REFS, RUNS, CODE, IMPORTS):  # with the root's mode, for a team
                     store.folder(top)
         except PermissionError as e:
             raise StoreUnusable(f"store path {store.root} is not writable ({e.strerror})") from None
@@ -231,9 +234,9 @@ class Store:
         parts = path.parts
         for i in range(len(parts) - 1, 0, -1):
             tail = parts[i:]
-            if ((tail[0] == "runs" and len(tail) >= 3 and producer and tail[1] == producer)
-                    or (tail[0] == "code" and len(tail) == 2 and art_id and tail[1] == art_id)
-                    or (tail[0] == "imports" and len(tail) == 3 and RUN_ID.match(tail[1]))):
+            if ((tail[0] == RUNS and len(tail) >= 3 and producer and tail[1] == producer)
+                    or (tail[0] == CODE and len(tail) == 2 and art_id and tail[1] == art_id)
+                    or (tail[0] == IMPORTS and len(tail) == 3 and RUN_ID.match(tail[1]))):
                 return self.root.joinpath(*tail)
         return path
 
@@ -279,7 +282,7 @@ class Store:
         the way) before the first file is written, so a refused run leaves no half record."""
         run_id = uuid7()
         events = self.records / "event" / fanout(run_id)
-        for folder in (self._path("run", run_id).parent, events, self.root / "runs"):
+        for folder in (self._path("run", run_id).parent, events, self.root / RUNS):
             rel = folder.relative_to(self.root)
             try:
                 os.close(open_folder(self.root, rel))
@@ -288,7 +291,7 @@ class Store:
         body = spec.to_json() if isinstance(spec, RunSpec) else spec
         write_record(self._path("run", run_id), {"id": run_id, "created": time.time(), **body}, root=self.root)
         self.add_event(run_id, "status", state=RunState.QUEUED)
-        self.folder(Path("runs") / run_id)
+        self.folder(Path(RUNS) / run_id)
         return run_id
 
     def add_event(self, run_id: str, kind: str, **data: Any) -> None:
@@ -353,7 +356,7 @@ class Store:
         if name:
             refs.check_name(name)
         rel = self.inside(path)
-        if rel is not None and rel.parts[0] in ("records", "refs"):
+        if rel is not None and rel.parts[0] in (RECORDS, REFS):
             raise Unsafe(f"cannot register {show_path(path)}: it is the store's own bookkeeping")
         if rel is not None and len(rel.parts) > 1:
             os.close(open_folder(self.root, rel.parent))  # no link between the root and the artifact
@@ -534,6 +537,50 @@ class Store:
             raise Corrupt(f"{art_id} at {show_path(path)}: {shown}{hint}")
 
     # ---- index ---------------------------------------------------------------------------
+    # ---- read straight from the files, no index opened (tab completion) ----------------------
+    def record_ids(self, kind: str) -> list[str]:
+        """The IDs of one kind of record (`run`, `sweep`), newest first (a UUIDv7 starts with its time)."""
+        return sorted((p.stem for p in (self.records / kind).glob("*/*.json")), reverse=True)
+
+    def alias_names(self) -> list[str]:
+        """Every alias name: each folder under refs/ that holds a version of it."""
+        names = []
+        for folder, _, files in os.walk(self.refs):
+            if any(refs.VERSION_FILE.match(f) for f in files):
+                names.append(Path(folder).relative_to(self.refs).as_posix())
+        return sorted(names)
+
+    # ---- what `jobs add` brings in: the store names the copy's folder, hashes it and names the artifact
+    def check_alias(self, name: str) -> None:
+        """Refuse a name an alias cannot have, or whose folders under refs/ are not plain folders;
+        reads only (a store not made yet has no folders to refuse)."""
+        refs.check_name(name)
+        if (self.root / MARKER).exists():
+            refs.check_folders(self.refs, name)
+
+    def import_folder(self, name: str) -> Path:
+        """A new folder, not made yet, for `jobs add` to copy the user's `name` into (under imports/)."""
+        return import_path(self.root, uuid7(), name)
+
+    @staticmethod
+    def copy_hashed(src, dest: Path, st: os.stat_result) -> dict:
+        """Copy the open regular file `src` (whose stat is `st`) to the new file `dest`, hashing as it
+        goes: its manifest entry, path left to the caller, as `register` would hash it."""
+        return hashing.copy_file(src, dest, st)
+
+    @staticmethod
+    def artifact_id(entries: list[dict]) -> str:
+        """The ID the store gives an artifact of these manifest entries (its bytes, modes and paths)."""
+        return hashing.artifact_id(entries)
+
+    def alias(self, name: str, art_id: str, reuse: bool = True) -> tuple[int, bool]:
+        """Name `art_id` `name`: (the version that holds it, whether this call made that version).
+        With `reuse`, a version that already holds the artifact is kept and none is added."""
+        held = refs.holding_version(self.refs, name, art_id) if reuse else None
+        if held is not None:
+            return held, False
+        return refs.add(self.refs, name, art_id, None), True
+
     def index(self):
         from lineage.index import Index
 

@@ -22,8 +22,8 @@ from lineage.ids import uuid7
 from lineage.records import read_record, write_record
 
 PREFIX = "swp_"
-SWEEP_ID = re.compile(r"^swp_[0-9a-f]{16}$")
-SWEEP_PREFIX = re.compile(r"^swp_[0-9a-f]{1,16}$")
+SWEEP_ID = re.compile(rf"^{PREFIX}[0-9a-f]{{16}}$")
+SWEEP_PREFIX = re.compile(rf"^{PREFIX}[0-9a-f]{{1,16}}$")
 
 
 def make_id(run_keys: list[str]) -> str:
@@ -91,7 +91,7 @@ def all_ids(store) -> list[str]:
     base = store.records / "sweep"
     if not base.is_dir():
         return []
-    found = [p.stem for fan in base.iterdir() if fan.is_dir() for p in fan.glob("swp_*.json")]
+    found = [p.stem for fan in base.iterdir() if fan.is_dir() for p in fan.glob(f"{PREFIX}*.json")]
     return sorted(found, key=lambda s: read(store, s).created)
 
 

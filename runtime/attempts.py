@@ -1,9 +1,10 @@
 """Why an attempt of a run ended, in words `jobs show` prints: preempted, time limit, node failure,
-requeued by hand, error.
+requeued by hand, error; and its failure class (lineage/failures.py).
 
-An attempt that checkpointed on Slurm's USR2 records its reason itself (`stop_reason`). One that
+An attempt that checkpointed on Slurm's USR2 records its reason and class itself (`stop`). One that
 never recorded its end (the node died, `scontrol requeue`, the process was killed) is closed by the
-next attempt (`close_interrupted`), with the reason sacct keeps for that instance of the job.
+next attempt (`close_interrupted`), with the reason sacct keeps for that instance of the job and the
+class that record gets; runtime/entry.py then holds either against the run's retry budget.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import os
 import subprocess
 import time
 from pathlib import Path
+
+from lineage.failures import Facts, classify
 
 #: sacct states of a requeued job's earlier instances, in words.
 SLURM_REASONS = {"PREEMPTED": "preempted", "TIMEOUT": "time limit", "NODE_FAIL": "node failure",
@@ -29,7 +32,7 @@ BATCH_START_ENV = "JOBS_BATCH_START"
 TIME_LIMIT_WINDOW_S = USR2_LEAD_S + 60
 
 
-def _slurm(*args: str) -> str:
+def slurm_output(*args: str) -> str:
     try:
         return subprocess.run(args, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
@@ -49,37 +52,84 @@ def _seconds(left: str) -> float | None:
     return total + (int(days) * 86400 if days else 0)
 
 
-def stop_reason() -> str:
-    """Why this attempt was asked to stop: Slurm's USR2 comes both before the time limit and on
-    preemption; the time left tells them apart."""
+def stop() -> tuple[str, str]:
+    """Why this attempt was asked to stop, as (failure class, reason): Slurm's USR2 comes both
+    before the time limit and on preemption; the time left tells them apart."""
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
-        return "asked to stop; requeued"
-    left = _seconds(_slurm("squeue", "-h", "-j", job, "-o", "%L"))
+        return "preempted", "asked to stop; requeued"
+    left = _seconds(slurm_output("squeue", "-h", "-j", job, "-o", "%L"))
     if left is not None and left <= TIME_LIMIT_WINDOW_S:
-        return f"time limit ({left:.0f} s left at USR2); requeued"
-    return "preempted (USR2 with time left); requeued"
+        return "time_limit", f"time limit ({left:.0f} s left at USR2); requeued"
+    return "preempted", "preempted (USR2 with time left); requeued"
+
+
+#: sacct's fields of one ended instance of a job, as `slurm_facts` reads them.
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,DerivedExitCode,NodeList"
+
+
+def parse_sacct(text: str) -> list[dict]:
+    """`sacct -n -P -X -D -o SACCT_FIELDS` lines as {field: value}, oldest instance first, those
+    still running or pending left out."""
+    names = SACCT_FIELDS.split(",")
+    rows = [dict(zip(names, line.split("|"))) for line in text.splitlines() if line.count("|") == len(names) - 1]
+    return [r for r in rows if r["State"].strip()
+            and r["State"].split()[0] not in ("RUNNING", "PENDING", "REQUEUED_HOLD", "RESIZING")]
+
+
+def node_state(nodes: str) -> str | None:
+    """The first node's state as Slurm sees it now (sinfo %T: idle, down*, drained...)."""
+    first = nodes.split(",")[0].strip()
+    if not first or first in ("None", "(null)") or "[" in first:
+        return None
+    out = slurm_output("sinfo", "-h", "-N", "-n", first, "-o", "%T").split()
+    return out[0] if out else None
+
+
+def slurm_facts(job_id: str) -> dict | None:
+    """sacct's record of the last ended instance of a requeued job, with its node's state now."""
+    ended = parse_sacct(slurm_output("sacct", "-n", "-P", "-X", "-D", "-j", str(job_id), "-o", SACCT_FIELDS))
+    if not ended:
+        return None
+    last = ended[-1]
+    return {**last, "node_state": node_state(last.get("NodeList", ""))}
+
+
+def failure_facts(row: dict) -> Facts:
+    """lineage.failures' facts from one sacct row (slurm_facts, parse_sacct)."""
+    return Facts(state=row.get("State"), exit_code=row.get("ExitCode"),
+                 derived_exit_code=row.get("DerivedExitCode"), node_state=row.get("node_state"))
 
 
 def slurm_reason(job_id: str) -> str | None:
     """The state sacct recorded for the last ended instance of a requeued job, in words."""
-    states = [line.split("|")[1].split()[0] for line in
-              _slurm("sacct", "-n", "-P", "-X", "-D", "-j", str(job_id), "-o", "JobIDRaw,State").splitlines()
-              if line.count("|") == 1 and line.split("|")[1].strip()]
-    ended = [s for s in states if s not in ("RUNNING", "PENDING", "REQUEUED_HOLD", "RESIZING")]
-    return SLURM_REASONS.get(ended[-1], ended[-1].lower()) if ended else None
+    row = slurm_facts(job_id)
+    if row is None:
+        return None
+    state = row["State"].split()[0]
+    return SLURM_REASONS.get(state, state.lower())
 
 
-def close_interrupted(store, view, now_attempt: int) -> None:
-    """Record the end of earlier attempts that never wrote one, with the best reason known."""
+def close_interrupted(store, view, now_attempt: int) -> list[str]:
+    """Record the end of earlier attempts that never wrote one, with the best reason known and its
+    failure class; returns those classes."""
+    classes = []
     for a in view.attempts:
         if not a.get("start") or a.get("end") or "exit" in a or a["attempt"] >= now_attempt:
             continue
-        reason = None
+        reason, row = None, None
         if a.get("job_id") and os.environ.get("SLURM_JOB_ID"):
-            reason = slurm_reason(str(a["job_id"]).split("_")[0])
+            row = slurm_facts(str(a["job_id"]).split("_")[0])
+        if row is not None:
+            state = row["State"].split()[0]
+            reason = SLURM_REASONS.get(state, state.lower())
+        # Nothing known (no Slurm, no accounting): a requeue that came without a word, the commonest.
+        cls = classify(failure_facts(row)) if row is not None else "preempted"
+        classes.append(cls)
         store.add_event(view.id, "attempt", attempt=a["attempt"], exit="interrupted", noticed=time.time(),
-                        reason=reason or "ended without recording (killed, node lost or hard requeue)")
+                        reason=reason or "ended without recording (killed, node lost or hard requeue)",
+                        failure_class=cls, **({"slurm": row} if row is not None else {}))
+    return classes
 
 
 def proc_start(pid: int) -> int | None:

@@ -22,11 +22,13 @@ from typing import Iterator
 import submitit
 
 from lineage import Store
+from lineage.failures import Facts, classify, error_names, spent
 from lineage.runspec import RunSpec
 from lineage.states import RunState
 from runtime.attempts import BATCH_START_ENV, STOP_GRACE_S
-from runtime.errors import CorruptInput, JobFailed, UpstreamFailed
+from runtime.errors import CorruptInput, JobFailed, RetriesSpent, UpstreamFailed
 from runtime.image import NODE_ADDRS_ENV, check_image, ran_in
+from stages import gate
 from stages.contract import Distributed, Requeue, Resources, StageContext
 
 
@@ -169,17 +171,25 @@ class StageJob(submitit.helpers.Checkpointable):
 
 
 @contextmanager
-def _ray(ctx: StageContext) -> Iterator[None]:
-    """Ray over the allocation for the stage, ended before anything is recorded, however the stage ends."""
+def _ray(ctx: StageContext, phases: dict[str, float]) -> Iterator[None]:
+    """Ray over the allocation for the stage, ended before anything is recorded, however the stage ends.
+    The seconds its start and its stop took go into `phases`."""
     from runtime import ray_cluster
 
-    with ray_cluster.head(ctx.dist, ctx.run_dir) as address:
-        ctx.ray_address = address
-        os.environ["RAY_ADDRESS"] = address  # a bare ray.init() in the stage attaches too
-        try:
-            yield
-        finally:
-            os.environ.pop("RAY_ADDRESS", None)
+    t0, stopping = time.monotonic(), None
+    try:
+        with ray_cluster.head(ctx.dist, ctx.run_dir) as address:
+            phases["ray_start"] = round(time.monotonic() - t0, 3)
+            ctx.ray_address = address
+            os.environ["RAY_ADDRESS"] = address  # a bare ray.init() in the stage attaches too
+            try:
+                yield
+            finally:
+                os.environ.pop("RAY_ADDRESS", None)
+                stopping = time.monotonic()
+    finally:
+        if stopping is not None:
+            phases["ray_stop"] = round(time.monotonic() - stopping, 3)
 
 
 def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str, str] | None:
@@ -206,7 +216,12 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
     if main:
         from runtime.attempts import close_interrupted
 
-        close_interrupted(store, view, attempt)  # an earlier attempt that died without a word
+        closed = close_interrupted(store, view, attempt)  # an earlier attempt that died without a word
+        for cls in closed:   # Slurm requeued it (node failure, scontrol requeue): within the budget?
+            over = spent(store.run(run_id).attempts, cls, spec.retries)
+            if over:
+                store.add_event(run_id, "status", state=RunState.FAILED, reason=over, failure_class=cls)
+                raise RetriesSpent(over)
         store.add_event(run_id, "attempt", attempt=attempt, **process_identity(), **_batch_start(),
                         job_id=resources.job_id,
                         nodes=dist.nodes or [socket.gethostname()], start=time.time(), **ran_in())
@@ -219,48 +234,85 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         recorded_config=spec.config,
     )
 
+    # Seconds each phase of this attempt took (verify, ray_start, stage, ray_stop, gate, register),
+    # recorded with the attempt's end however it ends: where the time went, a failed attempt's too.
+    phases: dict[str, float] = {}
+
+    @contextmanager
+    def phase(name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            phases[name] = round(time.monotonic() - t0, 3)
+
     def end(**fields) -> None:
         if ctx.summary:
             store.add_event(run_id, "metrics", metrics=ctx.summary)
         if ctx.links:
             store.add_event(run_id, "tracker", trackers=ctx.links)
-        store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **fields)
+        store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **({"phases": phases} if phases else {}),
+                        **fields)
 
     try:
-        check_image(spec.to_json())  # torch, ray, vllm...: one line naming what the image lacks, before any work
-        from lineage.secrets import unredact
+        with phase("verify"):
+            check_image(spec.to_json())  # torch, ray, vllm...: one line naming what the image lacks, before any work
+            from lineage.secrets import unredact
 
-        ctx.config = unredact(spec.config)  # secrets the record left out come from this job's environment
-        if main:
-            verify_inputs(store, inputs)
+            ctx.config = unredact(spec.config)  # secrets the record left out come from this job's environment
+            if main:
+                verify_inputs(store, inputs)
         if spec.ray and not main:
             from runtime import ray_cluster
 
             ray_cluster.serve_worker(dist, ctx.run_dir)  # this node's Ray worker, until rank 0 is done
             return None
-        with _ray(ctx) if spec.ray else nullcontext():
-            produced = importlib.import_module(spec.module).run(ctx)
+        module = importlib.import_module(spec.module)
+        with _ray(ctx, phases) if spec.ray else nullcontext(), phase("stage"):
+            produced = module.run(ctx)
         if not main:
             return None
         missing = set(spec.outputs) - set(produced or {})
         if missing:
             raise JobFailed(f"stage {spec.stage} did not return outputs {sorted(missing)}")
-        outputs = {   # a reproduction moves no name: bit for bit, its outputs are the versions it checked
-            name: store.register(Path(produced[name]), kind=kind, run=run_id,
-                                 name=f"{spec.recipe}/{spec.stage}/{name}", version=not spec.reproduces)
-            for name, kind in spec.outputs.items()
-        }
+        # The results gate (stages/gate.py): what the outputs must show before any becomes an artifact.
+        with phase("gate"):
+            checks = gate.evaluate(getattr(module, "gate", None), ctx, produced)
+        if checks:
+            store.add_event(run_id, "gate", checks=[c.to_json() for c in checks])
+        if gate.verdict(checks):
+            raise gate.GateFailed(gate.verdict(checks))
+        with phase("register"):
+            outputs = {   # a reproduction moves no name: bit for bit, its outputs are the versions it checked
+                name: store.register(Path(produced[name]), kind=kind, run=run_id,
+                                     name=f"{spec.recipe}/{spec.stage}/{name}", version=not spec.reproduces)
+                for name, kind in spec.outputs.items()
+            }
     except Requeue:
         if main:
-            from runtime.attempts import stop_reason
+            from runtime.attempts import stop
 
-            end(exit="requeued", reason=stop_reason())
+            cls, reason = stop()
+            over = spent([*store.run(run_id).attempts, {"failure_class": cls}], cls, spec.retries)
+            if over:
+                reason = reason.removesuffix("; requeued") + "; not requeued (retry budget spent)"
+            end(exit="stopped" if over else "requeued", reason=reason, failure_class=cls)
+            if over:   # checkpoint() sees this error and hands submitit nothing to requeue
+                store.add_event(run_id, "status", state=RunState.FAILED, reason=over, failure_class=cls)
+                raise RetriesSpent(over) from None
             store.add_event(run_id, "status", state=RunState.QUEUED, reason="checkpointed; requeued")
+        raise
+    except gate.GateFailed as e:   # the stage ran; its outputs showed nothing worth keeping: the gate's line
+        cls = classify(Facts(error=error_names(e), message=str(e)))
+        end(exit="gate", error=str(e), failure_class=cls)
+        store.add_event(run_id, "status", state=RunState.FAILED, reason=str(e), failure_class=cls)
         raise
     except BaseException as e:
         if main:
-            end(exit="error", error=traceback.format_exception_only(type(e), e)[-1].strip())
-            store.add_event(run_id, "status", state=RunState.FAILED, reason=f"{type(e).__name__}: {e}")
+            cls = classify(Facts(error=error_names(e), message=str(e)))
+            end(exit="error", error=traceback.format_exception_only(type(e), e)[-1].strip(), failure_class=cls)
+            store.add_event(run_id, "status", state=RunState.FAILED, reason=f"{cls}: {type(e).__name__}: {e}",
+                            failure_class=cls)
         raise
     store.add_event(run_id, "outputs", outputs=outputs)
     end(exit=0)

@@ -15,3 +15,8 @@ class CorruptInput(JobFailed):
 
 class RayClusterError(JobFailed, RuntimeError):
     """Ray did not come up over the allocation (in time); the message is one line."""
+
+
+class RetriesSpent(JobFailed):
+    """A transient failure (preemption, node failure, time limit) came once more than the run's
+    retry budget allows: the run fails, naming the class and the count, and is not requeued."""

@@ -29,7 +29,10 @@ class StageModule(Protocol):
     A stage whose recipe gives it a Ray cluster (`ray: true`) may have `uses_ray(config) -> bool`:
     False when this config runs without one, so the job starts none (absent: it always does).
     A stage may have `unused_inputs(config) -> roles`: the recipe's input roles this config never
-    reads; the plan neither resolves nor waits for them, and `ctx.inputs` lacks them."""
+    reads; the plan neither resolves nor waits for them, and `ctx.inputs` lacks them.
+    A stage may have `gate(ctx, produced) -> [stages.gate.Check]`, the results gate: what its
+    outputs must show (steps run, finite losses, tokens generated, rows, weights that load); the
+    runtime runs it after `run` returns, records every check, and registers nothing when one fails."""
 
     def run(self, ctx: "StageContext") -> dict[str, Path]:
         """Train or transform; return {output name: folder} for the runtime to register."""

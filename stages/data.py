@@ -83,6 +83,21 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
     return problems
 
 
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """Each split has the rows the config asked for (stages/gate.py), and the tokenizer loads."""
+    from stages import gate as g
+
+    cfg = ctx.config["data"]
+    files = [("corpus", "train.txt", "n_corpus_lines"), ("sft", "train.jsonl", "n_sft"), ("prefs", "train.jsonl", "n_prefs"),
+             ("prefs", "validation.jsonl", "n_dev"), ("rl", "train.jsonl", "n_rl"), ("rl", "validation.jsonl", "n_rl_val"),
+             ("eval", "test.jsonl", "n_eval")]
+    checks = [g.rows(produced[out] / name, cfg[key], f"data.{key}") for out, name, key in files]
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_file(str(produced["tokenizer"] / "tokenizer.json")).get_vocab_size()
+    return checks + [g.Check("loads", vocab > 0, f"tokenizer loads: {vocab} tokens")]
+
+
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.section("data")
     problems = check_config(ctx.config)

@@ -142,13 +142,27 @@ def prompt_ids(tokenizer, prompts: list[str], chat_template_kwargs: dict | None 
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
                                            add_generation_prompt=True, **(chat_template_kwargs or {}))
              for p in prompts]
-    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
 
 
 def score(verifier: str, response: str, answer: str) -> bool:
     from stages.ml.rewards import math_verify, verify
 
     return bool((math_verify if verifier == "math" else verify)(response, str(answer)))
+
+
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """What a finished eval must show (stages/gate.py): a scored row for every prompt of the set
+    (up to eval.limit), and tokens generated."""
+    from stages import gate as g
+
+    cfg, report = ctx.config["eval"], produced["report"]
+    size = g.lines(ctx.input("data") / "test.jsonl")
+    expected = min(size, cfg["limit"]) if cfg["limit"] else size
+    results = json.loads((report / "results.json").read_text())
+    source = f"the eval set (its first eval.limit {cfg['limit']})" if cfg["limit"] and cfg["limit"] < size else "the eval set"
+    return [g.rows(report / "samples.jsonl", expected, source),
+            g.positive("tokens", results.get("generated_tokens", 0), "token(s) generated")]
 
 
 def run(ctx) -> dict[str, Path]:
@@ -191,10 +205,13 @@ def run(ctx) -> dict[str, Path]:
                 g = decode(greedy[i])[0]
                 sample.update(greedy=g, greedy_correct=score(cfg["verifier"], g, row["answer"]))
             samples.append(sample)
-        metrics = {f"pass@{k}": sum(pass_at_k(n, c, k) for c in correct) / len(rows) for k in cfg["ks"]}
+        # An empty set scores nothing: its means are NaN (null in the files), and the gate fails the run.
+        mean = lambda values: sum(values) / len(rows) if rows else float("nan")  # noqa: E731
+        metrics = {f"pass@{k}": mean([pass_at_k(n, c, k) for c in correct]) for k in cfg["ks"]}
         if greedy is not None:
-            metrics["exact_match"] = sum(s["greedy_correct"] for s in samples) / len(rows)
-        results = {"n_prompts": len(rows), "n_samples": n, "temperature": cfg["temperature"],
+            metrics["exact_match"] = mean([s["greedy_correct"] for s in samples])
+        generated = sum(len(r) for group in sampled + (greedy or []) for r in group)   # <eos> included
+        results = {"n_prompts": len(rows), "n_samples": n, "generated_tokens": generated, "temperature": cfg["temperature"],
                    "top_p": cfg["top_p"], "backend": cfg["backend"], "verifier": cfg["verifier"],
                    "chat_template": bool(getattr(tokenizer, "chat_template", None)), "seed": seed, **metrics}
         ctx.log({f"eval/{k}": v for k, v in metrics.items()}, step=0)

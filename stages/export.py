@@ -98,6 +98,16 @@ def _lineage(ctx) -> str:
     return "\nLineage:\n" + "\n".join(lines) + "\n" if lines else ""
 
 
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """The exported folder loads with transformers (stages/gate.py): a small model whole, every
+    tensor finite; a large one, or one whose modelling code comes with it, by config and shard headers
+    (`verify_load` loads those whole, in a fresh interpreter)."""
+    from stages import gate as g
+
+    trust = bool((ctx.config.get("base_model") or {}).get("trust_remote_code", False))
+    return [g.model_loads(produced["hf"], "hf", whole=not trust)]
+
+
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.section("export")
     problems = check_config(ctx.config)

@@ -156,6 +156,24 @@ def shards(items: list, k: int) -> list[list]:
     return out
 
 
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """What a finished rl must show (stages/gate.py): every step asked for, the policy trained in at
+    least one (a run whose every group's rewards tied trained nothing), rollouts that generated
+    tokens (on-policy), a finite loss, a policy that loads. NeMo RL's by its exported folder alone."""
+    from stages import gate as g
+
+    cfg = ctx.config["rl"]
+    if cfg.get("backend", "torch") == "nemo_rl":
+        return [g.model_loads(produced["model"], "model", whole=False)]
+    algo = cfg["algorithm"]
+    steps = cfg["grpo"]["max_num_steps"] if algo == "grpo" else cfg["dpo"]["max_num_steps"]
+    checks = [g.steps_trained(ctx, "rl/step_time_s", steps, "rl step(s)"),
+              g.steps_with(ctx, "rl/loss", steps, "the policy trained")]
+    if not (algo == "dpo" and cfg["dpo"]["pairs"] == "offline"):
+        checks.append(g.positive("tokens", g.summed(ctx, "rl/generated_tokens"), "token(s) generated in rollouts"))
+    return checks + [g.losses_finite(ctx, "rl/loss"), g.model_loads(produced["model"], "model")]
+
+
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.section("rl")
     if cfg.get("backend", "torch") == "nemo_rl":

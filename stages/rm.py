@@ -257,6 +257,20 @@ def preview(config: dict, resources: dict) -> str | None:
     return nemo_rl.preview(config, resources, "rm")
 
 
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """What a finished rm must show (stages/gate.py): the steps asked for (0: none), a finite loss
+    and held-out accuracy, the reward model loading with its head. NeMo RL's by its folder alone."""
+    from stages import gate as g
+
+    cfg, folder = ctx.config["rm"], produced["reward_model"]
+    if cfg.get("backend", "torch") == "nemo_rl":
+        return [g.model_loads(folder, "reward_model", whole=False)]
+    head = folder / HEAD_FILE
+    return [g.steps_trained(ctx, "rm/loss", cfg["steps"]), g.losses_finite(ctx, "rm/loss"),
+            g.losses_finite(ctx, "rm/held_out_accuracy", "accuracy"),
+            g.model_loads(folder, "reward_model") if head.is_file() else g.Check("loads", False, f"reward_model has no {HEAD_FILE}")]
+
+
 def run(ctx) -> dict[str, Path]:
     from safetensors.torch import save_file
     import torch

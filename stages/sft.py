@@ -61,13 +61,26 @@ def check_config(config: dict, resources: dict | None = None) -> list[str]:
 
 
 def notes(config: dict) -> list[str]:
-    """What submit says of the torch schedule: a warmup not below a short run's steps is shortened."""
-    return Schedule.notes(config["sft"], "sft") if config.get("sft", {}).get("backend", "torch") == "torch" else []
+    """What submit says of the schedule (either backend): a warmup not below a short run's steps is shortened."""
+    from stages.backends.megatron import launch
+
+    return launch.notes_stage(config, "sft", lambda cfg: Schedule.notes(cfg, "sft"))
 
 def preview(config: dict, resources: dict) -> str | None:
     from stages.backends.megatron import launch
 
     return launch.preview_stage(config, "sft", resources)
+
+
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """What a finished sft must show (stages/gate.py): every step the config asked for, a finite
+    loss, a model that loads. Megatron's run is judged by its exported model alone."""
+    from stages import gate as g
+
+    cfg = ctx.config["sft"]
+    if cfg.get("backend", "torch") == "megatron":
+        return [g.model_loads(produced["model"], "model", whole=False)]
+    return g.trained_model(ctx, produced, "model", "sft", cfg["steps"])
 
 
 def run(ctx) -> dict[str, Path]:

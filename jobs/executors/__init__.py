@@ -1,44 +1,17 @@
 """Executors turn recorded runs into processes: `local` (submitit's LocalExecutor) and `slurm`.
 
 Each implements `Executor`; jobs/submit.py drives every one the same way: prepare (validate,
-before anything is recorded) -> record -> launch.
+before anything is recorded) -> record -> launch. `launch` is given every run a submission recorded
+and decides how to run them from their records: a chain in order, each after the runs it takes
+inputs from; the points of one sweep as independent runs (on Slurm: one job array).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from jobs.executors.base import Executor, Prepared
 
-if TYPE_CHECKING:
-    from containers import Image
-    from jobs.plan import Plan
-    from lineage import Store
+__all__ = ["NAMES", "Executor", "Prepared", "get"]
 
 NAMES = ("local", "slurm")
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """What an executor settled for one stage before anything is recorded."""
-
-    params: dict = field(default_factory=dict)   # sbatch parameters (slurm)
-    image: "Image | None" = None                 # the pinned container image, when the stage runs in one
-    record: dict = field(default_factory=dict)   # facts for the run record (image reference, profile)
-    python: str | None = None                    # slurm: the job's interpreter (in a container: its start-up)
-
-
-class Executor(Protocol):
-    name: str
-
-    def prepare(self, store_root: Path, plan: "Plan") -> list[Prepared]:
-        """Validate every stage against the target (sbatch --test-only...); raise JobsError to refuse."""
-
-    def dry_run(self, store_root: Path, plan: "Plan") -> str:
-        """What would run, without recording or launching anything."""
-
-    def launch(self, store: "Store", run_ids: list[str], prepared: list[Prepared],
-               echo: Callable[[str], None] = print) -> bool:
-        """Run (local: and wait) or submit (slurm: and return) the recorded runs, in order."""
 
 
 def get(name: str, profile=None, allow_unpinned: bool = False) -> Executor:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from jobs.executors import Prepared
+from jobs.executors.base import Prepared
 from lineage import Store
 from lineage.layout import RunDir
 from lineage.states import RunState
@@ -30,13 +30,33 @@ class LocalExecutor:
     def prepare(self, store_root, plan) -> list[Prepared]:
         return [Prepared() for _ in plan.stages]  # this machine takes any resources: nothing to settle
 
-    def dry_run(self, store_root, plan) -> str:
-        from jobs.show import format_plan
+    def dry_run(self, store_root, plan, max_parallel: int | None = None) -> str:
+        from dataclasses import replace
 
+        from jobs.preview import format_plan
+
+        if plan.grid is not None:   # a sweep's points share their stage: its first point shows them
+            plan = replace(plan, stages=plan.stages[:1], grid=None)
         return format_plan(plan, Store(store_root))
 
     def launch(self, store: Store, run_ids: list[str], prepared: list[Prepared] | None = None,
-               echo: Callable[[str], None] = print) -> bool:
+               echo: Callable[[str], None] = print, max_parallel: int | None = None) -> bool:
+        """A chain in order, each stage after its upstream succeeded; the points of a sweep as
+        independent runs, one failing stops none of the others, `max_parallel` of them at once."""
+        if len(run_ids) < 2 or not all(store.run_spec(r).sweep for r in run_ids):
+            return self._chain(store, run_ids, echo)
+
+        def one(run_id: str) -> bool:
+            return self._chain(store, [run_id], echo)
+
+        if (max_parallel or 1) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_parallel) as pool:
+                return all(list(pool.map(one, run_ids)))
+        return all([one(r) for r in run_ids])
+
+    def _chain(self, store: Store, run_ids: list[str], echo: Callable[[str], None]) -> bool:
         import submitit
 
         ok = True
@@ -75,8 +95,10 @@ class LocalExecutor:
             view = store.run(run_id)
             if view.state != RunState.SUCCEEDED:
                 ok = False
-                if view.state not in (RunState.FAILED, RunState.CANCELLED):
-                    store.add_event(run_id, "status", state=RunState.FAILED, reason="the job process died before recording an end")
+                if view.state not in (RunState.FAILED, RunState.CANCELLED):   # classified: jobs/triage.py
+                    from jobs.triage import record_local_death
+
+                    record_local_death(store, view, job)
                     view = store.run(run_id)
                 echo(f"{run_id}  {spec.stage:<9} {view.state}: {view.reason}")
                 echo(f"    log: {job.paths.stderr}")
@@ -116,7 +138,7 @@ def interrupted(store: Store, job, run_ids: list[str], echo: Callable[[str], Non
     every stage after it, is recorded CANCELLED, so no view says RUNNING (or QUEUED) for a process
     that is gone. A stage that recorded its own end keeps it."""
     from jobs.errors import JobsError
-    from jobs.status import _close_attempts, cancel
+    from jobs.cancel import cancel, close_attempts
     from lineage.states import TERMINAL
 
     keep = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C does not cut this short
@@ -133,12 +155,13 @@ def interrupted(store: Store, job, run_ids: list[str], echo: Callable[[str], Non
                 cancel(store, view, reason=reason)
             except JobsError:   # its process is already gone: record the end it could not
                 store.add_event(run_id, "status", state=RunState.CANCELLED, reason=reason)
-                _close_attempts(store, view, reason)
+                close_attempts(store, view, reason)
             echo(f"{run_id}  {view.spec.stage:<9} CANCELLED: {reason}")
-        controller = getattr(job, "_process", None)
-        if controller is not None and controller.poll() is None:
-            controller.kill()
-            controller.wait()
+        if not job.done():   # submitit's controller ends on SIGINT (its cancel), after stopping its tasks
+            job.cancel(check=False)
+            deadline = time.monotonic() + 5.0
+            while not job.done() and time.monotonic() < deadline:
+                time.sleep(0.1)
     finally:
         signal.signal(signal.SIGINT, keep)
 
@@ -180,7 +203,8 @@ def watch(job, run_dir: Path, stage: str, echo: Callable[[str], None], poll_s: f
                 continue
             seen = (step, total)
             extra = "".join(f"  {k} {v:.4f}" for k, v in (p.get("extra") or {}).items() if isinstance(v, (int, float)))
-            about = f"loss {p.get('loss', float('nan')):.4f}{extra}" + (
+            loss = p.get("loss")   # null in progress.json when it is not finite
+            about = f"loss {loss if isinstance(loss, (int, float)) else float('nan'):.4f}{extra}" + (
                 f"  ETA {duration(p['eta_s'])}" if p.get("eta_s") is not None else "")
             if tty:
                 if bar is None or bar.total != total:

@@ -3,8 +3,8 @@
 The job's parameters come from the stage's recipe resources, then the user's profile on top. A
 stage with a container runs in its pinned image under pyxis (srun flags) or Charliecloud (ch-run
 in the job's command), bringing the code snapshot and the runtime bundle (jobs/bundle.py) from the
-store. `sbatch_params` and `python_for` are pure functions: the dry run, the `--test-only`
-validation and the real submission all render from the same values.
+store. `sbatch_params`, `python_for` and `render` are pure functions of the plan's typed stage: the
+dry run, the `--test-only` validation and the real submission all render from the same values.
 """
 from __future__ import annotations
 
@@ -16,20 +16,23 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from jobs import bundle as bundles
 from jobs import containers, profiles
 from jobs.errors import ExecutorError
-from jobs.executors import Prepared
+from jobs.executors.base import Prepared
 from jobs.provenance import PROJECT_ROOT
 from lineage import Store
-from lineage.layout import RUNTIME, RunDir, run_path
+from lineage.failures import budget
+from lineage.layout import RUNTIME, RunDir, run_path, sweep_path
 from runtime import cpu
 from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
 from runtime.entry import StageJob
 from runtime.image import BUNDLE_ENV, IMAGE_ENV, NODE_ADDRS_ENV, lacks_message, needs
 
+if TYPE_CHECKING:
+    from jobs.plan import StagePlan
 
 
 @dataclass(frozen=True)
@@ -40,16 +43,22 @@ class SlurmTarget:
     allow_unpinned: bool = False
 
 
-def image_for(stage: dict, target: SlurmTarget) -> containers.Image | None:
-    """The stage's pinned image, or None when it names none or the profile runs without containers."""
-    if not stage.get("container") or not target.profile.containers:
+def image_for(container: str | None, target: SlurmTarget) -> containers.Image | None:
+    """The pinned image of the stage's `container`, or None when it names none or the profile runs
+    without containers."""
+    if not container or not target.profile.containers:
         return None
-    return containers.resolve(stage["container"], target.allow_unpinned)
+    return containers.resolve(container, target.allow_unpinned)
 
 
-def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, image: containers.Image | None,
+def _name(stage: "StagePlan") -> str:
+    return f"{stage.recipe}/{stage.stage}"
+
+
+def sbatch_params(stage: "StagePlan", profile: profiles.Profile, store_root: Path, image: containers.Image | None,
                   code_root: Path = PROJECT_ROOT, bundle: Path | None = None) -> dict:
-    """submitit SlurmExecutor parameters for one stage (a recorded run spec or a StagePlan as dict).
+    """submitit SlurmExecutor parameters (its `update_parameters`) for one stage of the plan (or a
+    recorded run spec: the same recipe, stage and resources).
 
     With an image, the job brings its code (`code_root`, the snapshot in the store) and the runtime
     bundle (`bundle`) into it: the store is mounted at its own path, PYTHONPATH names the code, and
@@ -57,8 +66,8 @@ def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, imag
     image and mounts as srun flags; Charliecloud's are the job's command line (`python_for`).
     Raises ExecutorError, in one line, for anything that must not reach a script: see check_script.
     """
-    res = stage.get("resources", {})
-    profiles.check_resources(res, f"stage {stage['recipe']}/{stage['stage']}")
+    res = stage.resources or {}
+    profiles.check_resources(res, f"stage {_name(stage)}")
     p = profile
 
     def pick(key: str, res_key: str | None = None):
@@ -67,7 +76,7 @@ def sbatch_params(stage: dict, profile: profiles.Profile, store_root: Path, imag
 
     time_value = p.time if p.time is not None else res.get("time_min", 60)
     params: dict = {
-        "job_name": f"{stage['recipe']}-{stage['stage']}",
+        "job_name": f"{stage.recipe}-{stage.stage}",
         "time": profiles.minutes(time_value),
         "nodes": int(pick("nodes") or 1),
         "ntasks_per_node": 1,
@@ -203,20 +212,44 @@ def python_for(image: containers.Image | None, here: str = sys.executable, profi
     return f"""sh -c 'trap "" USR2; exec "$@"' sh {ch_run} {inner}"""
 
 
+#: What submitit's SlurmExecutor writes into every script besides the parameters (launch submits
+#: through it): written here too, so the dry run and `--test-only` see the script Slurm gets.
+SUBMITIT_FLAGS = {"wckey": "submitit", "open-mode": "append"}
+#: Parameters that are not #SBATCH lines: the script's body, or the array's limit.
+NOT_FLAGS = {"setup", "srun_args", "signal_delay_s", "additional_parameters", "array_parallelism"}
+
+
+def _flag(key: str, value) -> str:
+    key = key.replace("_", "-")
+    return f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={shlex.quote(str(value))}"
+
+
 def render(params: dict, folder: Path, python: str, dependency: str | None = None,
            array: tuple[int, int] | None = None) -> str:
-    """The sbatch script submitit would submit for these parameters; with `array` (tasks, at most
-    running at once), the job array's, as submitit's batch writes it."""
-    from submitit.slurm.slurm import _make_sbatch_string
+    """The sbatch script of one job from its parameters (`sbatch_params`); with `array` (tasks, at
+    most running at once), the job array's. #SBATCH lines in sorted order, the setup, then srun
+    running submitit's job command under `python`, each task's output in submitit's files
+    (`JobPaths`: `<job>_<task>_log.{out,err}`, an array task's job `<array>_<index>`)."""
+    from submitit.core.utils import JobPaths
 
-    command = f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}"
-    extra = {"dependency": dependency} if dependency else {}
+    paths = JobPaths(folder)
+    out, err = str(paths.stdout), str(paths.stderr)
     if array:
-        extra.update(map_count=array[0], array_parallelism=array[1])
-    try:
-        return _make_sbatch_string(command=command, folder=folder, **params, **extra)
-    except (TypeError, ValueError) as e:
-        raise ExecutorError(f"bad Slurm parameter: {e}") from None
+        out, err = out.replace("%j", "%A_%a"), err.replace("%j", "%A_%a")
+    flags = {k: v for k, v in params.items() if k not in NOT_FLAGS and v is not None}
+    flags.update(SUBMITIT_FLAGS, signal=f"USR2@{params.get('signal_delay_s', USR2_LEAD_S)}",
+                 output=out.replace("%t", "0"), error=err.replace("%t", "0"))
+    if dependency:
+        flags["dependency"] = dependency
+    if array:
+        flags["array"] = f"0-{array[0] - 1}%{min(array)}"
+    flags.update(params.get("additional_parameters") or {})
+    lines = ["#!/bin/bash", "", "# Parameters", *(_flag(k, flags[k]) for k in sorted(flags))]
+    if params.get("setup"):
+        lines += ["", "# setup", *params["setup"]]
+    srun = shlex.join(["srun", "--unbuffered", "--output", out, "--error", err, *params.get("srun_args", [])])
+    command = f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    return "\n".join([*lines, "", "# command", "export SUBMITIT_EXECUTOR=slurm", f"{srun} {command}", ""])
 
 
 def test_only(script: str, asked: str = "the job") -> None:
@@ -237,10 +270,10 @@ def test_only(script: str, asked: str = "the job") -> None:
         raise ExecutorError(f"Slurm refused {asked}: {msg.removeprefix('sbatch: error: ')}")
 
 
-def _asked(stage: dict, profile: profiles.Profile, params: dict) -> str:
+def _asked(stage: "StagePlan", profile: profiles.Profile, params: dict) -> str:
     """'tiny/sft under profile gpu (partition nope, account ml)': what a refused job asked for."""
     where = [f"{k} {params[k]}" for k in ("partition", "account", "qos", "constraint") if params.get(k)]
-    return (f"{stage['recipe']}/{stage['stage']} under profile {profile.name or '(none)'} "
+    return (f"{_name(stage)} under profile {profile.name or '(none)'} "
             f"({', '.join(where) or 'the default partition'})")
 
 
@@ -273,7 +306,7 @@ def in_image(store_root: Path, plan_code: dict, image: containers.Image, profile
 
 
 def probe(image: containers.Image, where: InImage, profile: profiles.Profile, store_root: Path,
-          stage: dict) -> None:
+          stage: "StagePlan") -> None:
     """Ask the Charliecloud image itself, on this node, before anything is recorded: do the job's binds
     fit it (a bind's target must exist in a read-only image), does it run python3, and does it have
     every module the stage imports (runtime.image.needs)? One line naming what fails."""
@@ -290,7 +323,7 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
         while not Path(src).exists() and src == dst and Path(src).parent != Path(src):
             src = dst = str(Path(src).parent)   # not made yet (the store, the snapshot): its nearest folder
         binds.append(f"--bind={src}:{dst}")
-    why = needs(stage)
+    why = needs(vars(stage))   # runtime.image reads a run spec's fields by key
     check = ("import importlib.util as u, json\n"
              "def has(m):\n"
              "    try:\n        return u.find_spec(m) is not None\n"
@@ -309,7 +342,7 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
                             f"{lines[-1] if lines else f'exit {p.returncode}'}")
     gone = json.loads(p.stdout.strip().splitlines()[-1])
     if gone:
-        raise ExecutorError(lacks_message(gone, why, image.reference, f"{stage['recipe']}/{stage['stage']}"))
+        raise ExecutorError(lacks_message(gone, why, image.reference, _name(stage)))
 
 
 @functools.cache
@@ -333,8 +366,9 @@ class SlurmExecutor:
         self.target = target
         self.bundle: bundles.Bundle | None = None     # collected at prepare, written to the store at launch
 
-    def image_for(self, stage: dict) -> containers.Image | None:
-        return image_for(stage, self.target)
+    def image_for(self, stage: "StagePlan") -> containers.Image | None:
+        """The image of a plan's stage."""
+        return image_for(stage.container, self.target)
 
     def prepare(self, store_root: Path, plan) -> list[Prepared]:
         """Render and validate every stage before anything is recorded; a Charliecloud image is
@@ -343,9 +377,10 @@ class SlurmExecutor:
         profile = self.target.profile
         probed: set = set()
         with tempfile.TemporaryDirectory() as tmp:
-            for stage in _stages(plan):
+            for stage in plan.stages:
                 image = self.image_for(stage)
-                record = {"container_image": image.reference if image else None, "profile": profile.name}
+                record = {"container_image": image.reference if image else None, "profile": profile.name,
+                          "retries": budget(stage.resources.get("retries"), profile.retries)}
                 where = None
                 if image is not None:
                     if profile.container_runtime == "pyxis":
@@ -357,35 +392,53 @@ class SlurmExecutor:
                 params, python = job(stage, profile, store_root, image, where)
                 test_only(render(params, Path(tmp), python), _asked(stage, profile, params))  # #SBATCH lines only
                 if where is not None and where.squashfs is not None:
-                    key = (where.squashfs, tuple(needs(stage)))
+                    key = (where.squashfs, tuple(needs(vars(stage))))
                     if key not in probed:
                         probe(image, where, profile, store_root, stage)
                         probed.add(key)
                 prepared.append(Prepared(params=params, image=image, record=record, python=python))
         return prepared
 
-    def dry_run(self, store_root: Path, plan) -> str:
-        return dry_run(store_root, _stages(plan), self.target, plan.code)
-
-    def dry_run_array(self, store_root: Path, plan, points: int, max_parallel: int | None, folder: Path) -> str:
-        """A sweep's job array as `launch_array` submits it: the point's script with `--array=0-N%M`,
-        every task's logs in the sweep's folder."""
-        return dry_run(store_root, _stages(plan), self.target, plan.code,
-                       array=(points, min(max_parallel or points, points), folder))
+    def dry_run(self, store_root: Path, plan, max_parallel: int | None = None) -> str:
+        if plan.grid is None:
+            return dry_run(store_root, plan.stages, self.target, plan.code)
+        # A sweep: its first point's script as the job array `launch` submits, `--array=0-N%M`,
+        # every task's logs in the sweep's folder.
+        n = len(plan.stages)
+        return dry_run(store_root, plan.stages[:1], self.target, plan.code,
+                       array=(n, min(max_parallel or n, n), sweep_path(store_root, "<sweep>")))
 
     def launch(self, store: Store, run_ids: list[str], prepared: list[Prepared],
-               echo: Callable[[str], None] = print) -> bool:
+               echo: Callable[[str], None] = print, max_parallel: int | None = None) -> bool:
+        """One sbatch job per run, in order, each after the jobs of the runs it takes inputs from
+        (afterok); the points of one sweep that share their parameters as one job array (submitit's
+        batch), at most `max_parallel` of it running at once, every task's logs in the sweep's folder."""
         import submitit
 
         if any(p.image is not None for p in prepared):
             store.folder(RUNTIME)   # made without following a link planted on the way
             bundles.store(self.bundle or bundles.collect(), store.root)
+        specs = [store.run_spec(r) for r in run_ids]
+        groups: dict[tuple, list[int]] = {}
+        for i, (spec, prep) in enumerate(zip(specs, prepared)):
+            sweep = (spec.sweep or {}).get("id")
+            python = prep.python or python_for(prep.image)
+            groups.setdefault((sweep, repr((sorted(prep.params.items()), python))) if sweep else (None, i),
+                              []).append(i)
         job_of: dict[str, str] = {}
-        for run_id, prep in zip(run_ids, prepared):
-            spec = store.run_spec(run_id)
+        for (sweep, _), members in groups.items():
+            prep = prepared[members[0]]
+            python = prep.python or python_for(prep.image)
+            if len(members) > 1:
+                self._array(store, [run_ids[i] for i in members], [specs[i] for i in members], prep, python,
+                            sweep, max_parallel, echo)
+                continue
+            run_id, spec = run_ids[members[0]], specs[members[0]]
             ups = sorted({job_of[ref["run"]] for ref in spec.pending_inputs.values()})
             folder = RunDir(store.run_dir(run_id)).logs
-            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image))
+            # submitit refuses a requeue past its own count of time-outs: the run's budget is that count.
+            executor = submitit.SlurmExecutor(folder=folder, python=python,
+                                              max_num_timeout=budget(spec.retries)["time_limit"])
             params = dict(prep.params)
             if ups:
                 params["dependency"] = "afterok:" + ":".join(ups)
@@ -399,41 +452,29 @@ class SlurmExecutor:
                  + (f" (after {', '.join(ups)})" if ups else ""))
         return True
 
-    def launch_array(self, store: Store, run_ids: list[str], prepared: list[Prepared], folder: Path,
-                     max_parallel: int | None, sweep: str, echo: Callable[[str], None] = print) -> list[str]:
-        """Submit independent recorded runs of one stage (a sweep's points) as one job array per
-        distinct set of parameters (submitit's batch), at most `max_parallel` of it running at once
-        (`--array=0-N%max_parallel`); every task's output goes to `folder`. Returns the array job IDs."""
+    @staticmethod
+    def _array(store: Store, run_ids: list[str], specs: list, prep: Prepared, python: str, sweep: str,
+               max_parallel: int | None, echo: Callable[[str], None]) -> None:
+        """Independent runs of one sweep, one set of parameters: one sbatch of a job array."""
         import submitit
 
-        if any(p.image is not None for p in prepared):
-            store.folder(RUNTIME)   # made without following a link planted on the way
-            bundles.store(self.bundle or bundles.collect(), store.root)
-        groups: dict[str, list[int]] = {}
-        for i, prep in enumerate(prepared):
-            groups.setdefault(repr((sorted(prep.params.items()), prep.python or python_for(prep.image))), []).append(i)
-        arrays = []
-        for members in groups.values():
-            prep = prepared[members[0]]
-            executor = submitit.SlurmExecutor(folder=folder, python=prep.python or python_for(prep.image))
-            executor.update_parameters(**prep.params, array_parallelism=max_parallel or len(members))
-            with executor.batch():
-                jobs = [executor.submit(StageJob(str(store.root), run_ids[i])) for i in members]
-            array = jobs[0].job_id.split("_")[0]
-            arrays.append(array)
-            for i, job in zip(members, jobs):
-                store.add_event(run_ids[i], "job", executor="slurm", job_id=job.job_id, folder=str(folder),
-                                image=prep.image.reference if prep.image else None,
-                                array=array if len(jobs) > 1 else None, sweep=sweep)
-            limit = f" %{min(max_parallel or len(jobs), len(jobs))}" if len(jobs) > 1 else ""
-            echo(f"sweep {sweep}: {len(jobs)} run(s) submitted as Slurm {'array ' if len(jobs) > 1 else ''}job "
-                 f"{array}{limit}")
-            for i, job in zip(members, jobs):
-                echo(f"{run_ids[i]}  {store.run_spec(run_ids[i]).stage:<9} Slurm job {job.job_id}")
-        return arrays
+        folder = store.folder(sweep_path(Path(), sweep))
+        executor = submitit.SlurmExecutor(folder=folder, python=python,
+                                          max_num_timeout=budget(specs[0].retries)["time_limit"])
+        executor.update_parameters(**prep.params, array_parallelism=max_parallel or len(run_ids))
+        with executor.batch():
+            jobs = [executor.submit(StageJob(str(store.root), run_id)) for run_id in run_ids]
+        array = jobs[0].job_id.split("_")[0]
+        for run_id, job in zip(run_ids, jobs):
+            store.add_event(run_id, "job", executor="slurm", job_id=job.job_id, folder=str(folder),
+                            image=prep.image.reference if prep.image else None, array=array, sweep=sweep)
+        echo(f"sweep {sweep}: {len(jobs)} run(s) submitted as Slurm array job {array} "
+             f"%{min(max_parallel or len(jobs), len(jobs))}")
+        for run_id, spec, job in zip(run_ids, specs, jobs):
+            echo(f"{run_id}  {spec.stage:<9} Slurm job {job.job_id}")
 
 
-def job(stage: dict, profile: profiles.Profile, store_root: Path, image: containers.Image | None,
+def job(stage: "StagePlan", profile: profiles.Profile, store_root: Path, image: containers.Image | None,
         where: InImage | None) -> tuple[dict, str]:
     """(sbatch parameters, the command's interpreter) of one stage: what the dry run shows, what
     `--test-only` checks and what is submitted."""
@@ -444,13 +485,7 @@ def job(stage: dict, profile: profiles.Profile, store_root: Path, image: contain
                               bundle=where.bundle_path, squashfs=where.squashfs)
 
 
-def _stages(plan) -> list[dict]:
-    from dataclasses import asdict
-
-    return [asdict(sp) for sp in plan.stages]
-
-
-def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget, code: dict | None = None,
+def dry_run(store_root: Path, stages: "list[StagePlan]", target: SlurmTarget, code: dict | None = None,
             array: tuple[int, int, Path] | None = None) -> str:
     """Every stage's sbatch script, as it would be submitted, with the chain's dependencies spelled
     out; with `array` (tasks, at most running at once, the folder), one stage's job array."""
@@ -458,7 +493,7 @@ def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget, code: dic
     preview = SlurmTarget(target.profile, allow_unpinned=True)  # show it all; a real submit still refuses
     bundle = None
     for stage in stages:
-        image = image_for(stage, preview)
+        image = image_for(stage.container, preview)
         where = None
         if image is not None:
             bundle = bundle or bundles.collect()
@@ -467,24 +502,20 @@ def dry_run(store_root: Path, stages: list[dict], target: SlurmTarget, code: dic
         params, python = job(stage, target.profile, store_root, image, where)
         if image is not None and not image.pinned and not target.allow_unpinned:
             out.append(f"# WARNING: {image.name} ({image.image}) is not pinned by digest: a real submit refuses it")
-        folder = array[2] if array else RunDir(run_path(store_root, f"<run {stage['stage']}>")).logs
-        ups = sorted({st for st, _ in stage.get("upstream", {}).values()})
+        folder = array[2] if array else RunDir(run_path(store_root, f"<run {stage.stage}>")).logs
+        ups = sorted({st for st, _ in stage.upstream.values()})
         dependency = "afterok:" + ":".join(f"<job {u}>" for u in ups) if ups else None
-        out.append(f"### {stage['recipe']}/{stage['stage']}"
+        out.append(f"### {_name(stage)}"
                    + (f"  image {image.reference}" if image else "")
                    + (f"  job array of {array[0]} tasks" if array else "") + "\n"
                    + render(params, folder, python, dependency, array[:2] if array else None) + _preview(stage))
     return "\n".join(out)
 
 
-def _preview(stage: dict) -> str:
+def _preview(stage: "StagePlan") -> str:
     """What the stage itself will launch inside the job, when its module can tell without running
-    (`preview(config, resources) -> str`, e.g. the NeMo RL config and command of nano3's rl)."""
-    import importlib
-    import importlib.util
+    (e.g. the NeMo RL config and command of nano3's rl), as comments."""
+    from jobs.preview import stage_preview
 
-    if importlib.util.find_spec(stage["module"]) is None:
-        return ""
-    preview = getattr(importlib.import_module(stage["module"]), "preview", None)
-    text = preview(stage["config"], stage["resources"]) if preview else None
+    text = stage_preview(stage.module, stage.config, stage.resources)
     return "".join(f"# {line}\n" if line else "#\n" for line in text.splitlines()) if text else ""

@@ -165,7 +165,7 @@ def save_model(model, tokenizer, out: Path, max_new_tokens: int = 8) -> Path:
 
 
 def encode(tokenizer, texts: list[str], bos: bool = True, eos: bool = False) -> list[list[int]]:
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []   # it refuses an empty batch
     head = [tokenizer.bos_token_id] if bos else []
     tail = [tokenizer.eos_token_id] if eos else []
     return [head + x + tail for x in ids]

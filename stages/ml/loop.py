@@ -80,12 +80,7 @@ class Schedule:
     @classmethod
     def notes(cls, cfg: dict, where: str) -> list[str]:
         """The one line submit prints when `warmup_for` changes the configured warmup."""
-        steps, warmup = cfg.get("steps"), cfg.get("warmup")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup)) or not 0 < steps <= warmup:
-            return []
-        return [f"{where}.warmup {warmup} is not below {where}.steps {steps}: this run warms up over "
-                f"{cls.warmup_for(steps, warmup)} step(s), a tenth of its steps (set {where}.warmup below {steps} "
-                "to choose)"]
+        return warmup_note(cfg.get("steps"), cfg.get("warmup"), f"{where}.steps", f"{where}.warmup")
 
     @classmethod
     def from_config(cls, cfg: dict) -> "Schedule":
@@ -105,6 +100,16 @@ class Schedule:
             return (step + 1) / self.warmup
         progress = (step - self.warmup) / max(1, self.steps - self.warmup)
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def warmup_note(steps, warmup, steps_key: str, warmup_key: str) -> list[str]:
+    """The line submit prints when `Schedule.warmup_for` shortens a configured warmup: the torch
+    loop's (`sft.warmup`) and the megatron backend's (`sft.scheduler.lr_warmup_iters`) alike."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup)) or not 0 < steps <= warmup:
+        return []
+    return [f"{warmup_key} {warmup} is not below {steps_key} {steps}: this run warms up over "
+            f"{Schedule.warmup_for(steps, warmup)} step(s), a tenth of its steps (set {warmup_key} below {steps} "
+            "to choose)"]
 
 
 def init_distributed(dist_info, device: str = "cpu") -> bool:

@@ -51,3 +51,9 @@ def preview(config: dict, resources: dict) -> str | None:
 
 def run(ctx) -> dict[str, Path]:
     return _module(ctx.stage if ctx.stage in STAGES else _which(ctx.config)).run(ctx)
+
+
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """The prep stage's own checks (stages/gate.py): what each output's manifest says it wrote is there."""
+    module = _module(ctx.stage if ctx.stage in STAGES else _which(ctx.config))
+    return module.gate(ctx, produced) if hasattr(module, "gate") else []

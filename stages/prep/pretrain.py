@@ -82,6 +82,23 @@ def preview(config: dict, resources: dict) -> str:
                               "manifest.json; tokenizer/"])
 
 
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """Every shard the blends name is on disk (its .bin and .idx), and the manifest's sources hold
+    training tokens."""
+    from stages import gate as g
+
+    blend = produced["blend"]
+    named = [k for f in ("blend.json", "blend_valid.json") for k in json.loads((blend / f).read_text())]
+    train = json.loads((blend / "blend.json").read_text())
+    missing = [k for k in named if not all((blend / (k + ext)).is_file() for ext in (".bin", ".idx"))]
+    manifest = json.loads((blend / "manifest.json").read_text())
+    tokens = sum(s["train_tokens"] for s in manifest["sources"].values())
+    return [g.Check("shards", bool(train) and not missing,
+                    f"{len(named)} shard(s) named by the blends, {len(train)} for training"
+                    + (f"; missing on disk: {', '.join(missing[:3])}" if missing else "")),
+            g.positive("tokens", tokens, "training token(s) in manifest.json")]
+
+
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.section("prep_pretrain")
     problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not

@@ -34,7 +34,7 @@ import random
 import re
 from pathlib import Path
 
-from stages.schema import Bool, Float, Int, List, Map, Str, check
+from stages.schema import Bool, Int, List, Map, Str, check
 from stages.prep import placeholders as ph, sources as src
 from stages.prep.pretrain import NAME, source_problems
 from stages.contract import StageError
@@ -229,6 +229,14 @@ def preview(config: dict, resources: dict) -> str:
         f"training prompts sharing a {cfg['decontaminate']['ngram']}-gram with an eval prompt dropped",
         *(f"  {s['name']}: {s['path']} -> {s.get('env') or s.get('env_map')}" for s in cfg["sources"]),
         "writes prompts/{train,validation}.jsonl {prompt, answer, task_name}; eval/test.jsonl {prompt, answer, source}"])
+
+
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """Each file has the rows its manifest.json counts, and there are prompts to train on."""
+    from stages import gate as g
+
+    return (g.manifest_rows(produced["prompts"], {"train": "train.jsonl", "validation": "validation.jsonl"}, ["train"])
+            + g.manifest_rows(produced["eval"], {"rows": "test.jsonl"}))
 
 
 def run(ctx) -> dict[str, Path]:

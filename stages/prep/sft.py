@@ -71,6 +71,14 @@ def preview(config: dict, resources: dict) -> str:
         "writes sft/{training,validation}.jsonl, sft/packed/*.npy, sft/bridge.json; prefs/{train,validation}.jsonl"])
 
 
+def gate(ctx, produced: dict[str, Path]) -> list:
+    """Each file has the rows its manifest.json counts, and there is something to train on."""
+    from stages import gate as g
+
+    return (g.manifest_rows(produced["sft"], {"train": "training.jsonl", "validation": "validation.jsonl"}, ["train"])
+            + g.manifest_rows(produced["prefs"], {"train": "train.jsonl", "validation": "validation.jsonl"}, ["train"]))
+
+
 def run(ctx) -> dict[str, Path]:
     cfg = ctx.section("prep_sft")
     problems = check_config(ctx.config)   # what submit checked; a context built elsewhere was not

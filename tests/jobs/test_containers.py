@@ -39,7 +39,7 @@ def test_pin_writes_the_digest_and_keeps_the_rest(lock):
     image = containers.pin("nemo-rl", "sha256:" + "ef" * 32)
     assert image.pinned and image.reference == "nvcr.io/nvidia/nemo-rl@sha256:" + "ef" * 32
     after = lock.read_text()
-    assert [l for l in before.splitlines() if "digest" not in l] == [l for l in after.splitlines() if "digest" not in l]
+    assert [x for x in before.splitlines() if "digest" not in x] == [x for x in after.splitlines() if "digest" not in x]
     assert containers.load_lock()["nemo"].image == containers.load_lock(LOCK)["nemo"].image
     with pytest.raises(ExecutorError, match="bad digest"):
         containers.pin("nemo", "sha256:beef")

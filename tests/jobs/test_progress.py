@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from helpers import JOBS, run_jobs
-from jobs import status
+from jobs import progress, status
+from jobs.logs import follow_logs
+from jobs.errors import JobsError
 from lineage import Store
 
 STEPS = 400   # far more than the test waits for: it cancels the run once progress shows
@@ -95,13 +97,13 @@ def test_a_running_local_stage_shows_progress_in_status_logs_and_a_terminal_bar(
 def test_eta_counts_down_from_when_progress_was_written_and_only_for_its_attempt(tmp_path):
     (tmp_path / "progress.json").write_text(json.dumps(
         {"attempt": 2, "step": 40, "total": 100, "loss": 1.5, "eta_s": 300.0, "time": 1000.0}))
-    assert status.read_progress(tmp_path, 2, now=1100.0) == {"step": 40, "total": 100, "loss": 1.5, "eta_s": 200.0}
-    assert status.read_progress(tmp_path, 2, now=9999.0)["eta_s"] == 0.0
-    assert status.read_progress(tmp_path, 3, now=1100.0)["eta_s"] is None   # a requeued attempt, not reporting yet
+    assert progress.read_progress(tmp_path, 2, now=1100.0) == {"step": 40, "total": 100, "loss": 1.5, "eta_s": 200.0}
+    assert progress.read_progress(tmp_path, 2, now=9999.0)["eta_s"] == 0.0
+    assert progress.read_progress(tmp_path, 3, now=1100.0)["eta_s"] is None   # a requeued attempt, not reporting yet
     # A stage without progress.json: the last loss in metrics.jsonl (a torn last line is skipped).
     (tmp_path / "progress.json").unlink()
     (tmp_path / "metrics.jsonl").write_text('{"step": 3, "rl/loss": 0.5}\n{"step": 4, "rl/loss": 0.25}\n{"step": 5, "rl/lo')
-    assert status.read_progress(tmp_path, 1, now=0.0) == {"step": 4, "loss": 0.25}
+    assert progress.read_progress(tmp_path, 1, now=0.0) == {"step": 4, "loss": 0.25}
     line = status.format_rows([status.Row("r", "rl", "RUNNING", step=4, loss=0.25)])[1]
     assert "4/? loss 0.2500" in line and "ETA" not in line
 
@@ -135,7 +137,7 @@ def test_logs_show_the_current_attempt_only(tmp_path):
     (logs / "222_0_log.out").write_text(mark.format(j=222) + "second attempt\n")
     (logs / "222_0_log.err").write_text("second stderr\n")
     out: list[str] = []
-    status.follow_logs(store, run, write=out.append)
+    follow_logs(store, run, write=out.append)
     text = "".join(out)
     assert "second attempt" in text and "second stderr" in text and "first attempt" not in text
     assert "attempt 2, job 222" in text
@@ -145,10 +147,10 @@ def test_logs_show_the_current_attempt_only(tmp_path):
     logs.mkdir(parents=True)
     (logs / "333_0_log.out").write_text(mark.format(j=333) + "first attempt\n" + mark.format(j=333) + "second attempt\n")
     out = []
-    status.follow_logs(store, run, follow=True, write=out.append)   # returns: the run has ended
+    follow_logs(store, run, follow=True, write=out.append)   # returns: the run has ended
     text = "".join(out)
     assert "second attempt" in text and "first attempt" not in text and text.count("Starting with") == 1
     # Nothing yet: one line, not a traceback.
     store, run = _run_with_attempts(tmp_path / "c", [])
-    with pytest.raises(status.JobsError, match="has no logs yet"):
-        status.follow_logs(store, run, write=out.append)
+    with pytest.raises(JobsError, match="has no logs yet"):
+        follow_logs(store, run, write=out.append)

@@ -180,6 +180,12 @@ def test_local_ray_stage_gets_a_cluster_and_ends_it(tmp_path, fail):
     view = s.run(run)
     job = view.attempts[0]["job_id"]
     assert not ray_pids(f"/tmp/ray-{job}-")
+    # Where the attempt's time went, recorded however it ended; a failed stage never got to register.
+    phases = view.attempts[0]["phases"]
+    ran = ["verify", "ray_start", "stage", "ray_stop"] + ([] if fail else ["gate", "register"])
+    assert sorted(phases) == sorted(ran) and all(x >= 0 for x in phases.values()), phases
+    shown = run_jobs(store, "show", run, env=local_env())
+    assert re.search("^phases    " + "  ".join(rf"{k} \d+\.\d s" for k in ran) + "$", shown.out, re.M), shown.out
     if fail:
         assert r.code != 0 and view.state == "FAILED"
         assert "ray_probe failed on purpose" in view.reason

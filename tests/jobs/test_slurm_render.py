@@ -1,5 +1,6 @@
 """sbatch rendering is a pure function: pinned by golden files. Profiles and time parsing."""
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -8,14 +9,20 @@ import containers as pins
 from jobs import containers, profiles
 from jobs.errors import ExecutorError
 from jobs.executors.slurm import python_for, render, sbatch_params
+from jobs.plan import StagePlan
 
 GOLDEN = Path(__file__).parent / "golden"
-STAGE = {"recipe": "nano3", "stage": "rl", "container": "nemo-rl",
-         "resources": {"nodes": 2, "gpus_per_node": 8, "cpus_per_task": 64, "mem_gb": 1000, "time_min": 240}}
+def stage_plan(recipe: str, stage: str, container: str | None, resources: dict) -> StagePlan:
+    return StagePlan(recipe=recipe, stage=stage, module=f"stages.{stage}", config={}, inputs={}, upstream={},
+                     input_kinds={}, outputs={}, resources=resources, container=container, ray=False)
+
+
+STAGE = stage_plan("nano3", "rl", "nemo-rl", {"nodes": 2, "gpus_per_node": 8, "cpus_per_task": 64, "mem_gb": 1000,
+                                              "time_min": 240})
 IMAGE = containers.Image("nemo-rl", "nvcr.io/nvidia/nemo-rl:v0.4.0", "sha256:" + "ab" * 32)
 
 
-def rendered(stage: dict, profile: profiles.Profile, image) -> str:
+def rendered(stage: StagePlan, profile: profiles.Profile, image) -> str:
     params = sbatch_params(stage, profile, Path("/lustre/store"), image, code_root=Path("/home/u/jobs"))
     return render(params, Path("/lustre/store/runs/RUN/logs"), python_for(image, here="/venv/bin/python"))
 
@@ -24,7 +31,7 @@ def check_golden(name: str, text: str) -> None:
     path = GOLDEN / name
     if os.environ.get("JOBS_UPDATE_GOLDEN"):
         path.write_text(text)
-    assert text == path.read_text(), f"rendering changed; if on purpose, rerun with JOBS_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), "rendering changed; if on purpose, rerun with JOBS_UPDATE_GOLDEN=1"
 
 
 def test_gpu_stage_with_container_matches_golden():
@@ -38,15 +45,14 @@ def test_gpu_stage_with_container_matches_golden():
 
 
 def test_cpu_stage_without_container_matches_golden():
-    stage = {"recipe": "tiny", "stage": "data", "container": None,
-             "resources": {"nodes": 1, "cpus_per_task": 1, "mem_gb": 2, "time_min": 10}}
+    stage = stage_plan("tiny", "data", None, {"nodes": 1, "cpus_per_task": 1, "mem_gb": 2, "time_min": 10})
     text = rendered(stage, profiles.Profile(partition="debug", time="00:30:00"), None)
     assert "#SBATCH --time=30" in text and "container" not in text
     check_golden("tiny_data.sbatch", text)
 
 
 def test_hostile_values_are_quoted():
-    stage = {**STAGE, "stage": "rl; touch /tmp/owned"}
+    stage = replace(STAGE, stage="rl; touch /tmp/owned")
     profile = profiles.Profile(partition="a b", sbatch={"comment": "$(touch /tmp/owned)"})
     text = rendered(stage, profile, None)
     assert "#SBATCH --comment='$(touch /tmp/owned)'" in text
@@ -107,9 +113,9 @@ HOSTILE = [
     ("srun arg", {"srun_args": ["--cpu-bind=none\ntouch /tmp/owned"]}, {}, "control character"),
     ("container mount", {"container_mounts": ["/a:/a\r"]}, {"image": IMAGE}, "control character"),
     ("comma in a mounted store", {}, {"store": Path("/lustre/a,b"), "image": IMAGE}, "pyxis"),
-    ("job name", {}, {"stage": {**STAGE, "stage": "rl\nid"}}, "control character"),
-    ("bad resources", {}, {"stage": {**STAGE, "resources": {"nodes": "abc"}}}, "nodes must be an integer"),
-    ("absurd resources", {}, {"stage": {**STAGE, "resources": {"mem_gb": 1e30}}}, "mem_gb must be a number"),
+    ("job name", {}, {"stage": replace(STAGE, stage="rl\nid")}, "control character"),
+    ("bad resources", {}, {"stage": replace(STAGE, resources={"nodes": "abc"})}, "nodes must be an integer"),
+    ("absurd resources", {}, {"stage": replace(STAGE, resources={"mem_gb": 1e30})}, "mem_gb must be a number"),
 ]
 
 
@@ -223,7 +229,7 @@ def test_nano3_dry_run_starts_every_stage_through_the_bootstrap(tmp_path):
     digest = bundle.collect().digest.split(":", 1)[1]
     for script in scripts:
         srun = next(line for line in script.splitlines() if line.startswith("srun "))
-        assert "--container-image=nvcr.io#nvidia/nemo" in srun and f"@sha256:" in srun
+        assert "--container-image=nvcr.io#nvidia/nemo" in srun and "@sha256:" in srun
         assert f"--container-mounts={store}:{store},/data:/data " in srun
         assert " python3 -u -m runtime.bootstrap -u -m submitit.core._submit " in srun
         assert f"export JOBS_RUNTIME_BUNDLE={store}/runtime/{digest}\n" in script
@@ -233,7 +239,7 @@ def test_nano3_dry_run_starts_every_stage_through_the_bootstrap(tmp_path):
 def test_a_profiles_ray_object_store_reaches_every_node_of_the_job(tmp_path, monkeypatch):
     """Unset, the script says nothing (Ray's default share of the job's memory); set, every task's
     environment carries it to runtime/ray_cluster.py. A non-positive size is refused when the profile loads."""
-    stage = dict(STAGE, container=None)
+    stage = replace(STAGE, container=None)
     assert "JOBS_RAY_OBJECT_STORE_GB" not in rendered(stage, profiles.Profile(partition="debug"), None)
     text = rendered(stage, profiles.Profile(partition="debug", ray_object_store_gb=64.0), None)
     assert "\nexport JOBS_RAY_OBJECT_STORE_GB=64\n" in text and text.index("JOBS_RAY_OBJECT_STORE_GB") < text.index("srun")

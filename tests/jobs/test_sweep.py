@@ -11,7 +11,7 @@ import pytest
 
 from helpers import run_jobs, tree_digest
 from jobs.errors import RecipeError
-from jobs.sweep import grid, parse
+from jobs.grid import grid, parse
 from lineage import Store
 from lineage import sweeps as records
 
@@ -131,3 +131,70 @@ def test_a_slurm_sweeps_dry_run_shows_the_array_it_would_submit(tmp_path):
     assert "#SBATCH --array=0-2%2" in r.out and r.out.count("#!/bin/bash") == 1, r.out
     assert f"#SBATCH --output='{store}/sweeps/<sweep>/%A_%a_0_log.out'" in r.out, r.out
     assert not store.exists()
+
+
+def test_composing_a_stage_once_gives_each_point_the_config_composed_for_it():
+    """A sweep composes its stage once and applies each point's values to that composition: the
+    configs are those of composing every point on its own, interpolations (nano3's rl reads
+    max_total_sequence_length in two more keys), nested keys, lists and added keys included."""
+    from jobs import recipes
+
+    nano3, tiny = recipes.load("nano3"), recipes.load("tiny")
+    cases = [(nano3, "rl", ["seed=7"], [["rl.policy.max_total_sequence_length=512"],
+                                        ["rl.policy.max_total_sequence_length=2048", "++rl.policy.extra=[1,[2,3],{a: 4}]"],
+                                        []]),
+             (tiny, "eval", [], [["eval.ks=[1,2]", "seed=3"], ["eval.ks=[8]", "+eval.note=x"], ["tracking.project=p"]])]
+    for recipe, stage, shared, points in cases:
+        once = recipes.compose_points(recipe, stage, shared, points)
+        assert once == [recipes.compose(recipe, stage, [*shared, *point]) for point in points]
+    (short, long, _) = recipes.compose_points(nano3, "rl", [], cases[0][3])
+    assert short["rl"]["policy"]["generation"]["max_new_tokens"] == 512   # interpolated after the point's value
+    assert long["rl"]["policy"]["generation"]["vllm_cfg"]["max_model_len"] == 2048
+    assert long["rl"]["policy"]["extra"] == [1, [2, 3], {"a": 4}]
+    for bad, why in [(["eval.kss=[1]"], "unknown config key eval.kss"), (["+eval.ks=[1]"], "already at 'eval.ks'")]:
+        with pytest.raises(RecipeError, match=why):
+            recipes.compose_points(tiny, "eval", [], [[], bad])
+
+
+def test_a_run_a_sweep_and_a_reproduction_are_submitted_by_one_function(tmp_path, monkeypatch, capsys):
+    """`jobs submit`, `jobs submit --sweep` and `jobs reproduce` all go down jobs.submit.submit: it is
+    entered once per command, and every run record is written from inside it (the call stack at
+    each Store.create_run says so)."""
+    import sys
+
+    from jobs import cli
+    from jobs import submit as one_path
+
+    monkeypatch.setenv("JOBS_RECIPES", str(FIXTURES / "recipes"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    store = tmp_path / "store"
+    path, writes = one_path.submit.__code__, Store.create_run.__code__
+    entered, written, now = [], [], [None]
+
+    def watch(frame, event, arg):
+        if event != "call":
+            return
+        if frame.f_code is path:
+            entered.append(now[0])
+        elif frame.f_code is writes:
+            f, inside = frame.f_back, False
+            while f is not None and not inside:
+                inside, f = f.f_code is path, f.f_back
+            written.append((now[0], inside))
+
+    def jobs(what: str, *args: str) -> None:
+        now[0] = what
+        sys.setprofile(watch)
+        try:
+            code = cli.main(["--store", str(store), *args])
+        finally:
+            sys.setprofile(None)
+        assert code == 0, capsys.readouterr()
+
+    jobs("run", "submit", "testchain", "--stage", "count", "count.steps=2", "count.step_s=0")
+    jobs("sweep", "submit", "testchain", "--stage", "count", "--sweep", "count.steps=3,4", "count.step_s=0")
+    (single,) = [r["id"] for r in Store(store).index().runs() if Store(store).run(r["id"]).spec.sweep is None]
+    jobs("reproduce", "reproduce", single)
+    assert entered == ["run", "sweep", "reproduce"]
+    assert written == [("run", True), ("sweep", True), ("sweep", True), ("reproduce", True)]

@@ -1,6 +1,5 @@
 import os
 import shutil
-from pathlib import Path
 
 from lineage import Store
 from lineage.index import Index
@@ -14,7 +13,7 @@ def test_rebuild_equals_incremental(tmp_path):
         d = tmp_path / f"d{i}"
         d.mkdir()
         (d / "w").write_bytes(os.urandom(64))
-        arts.append(store.register(d, kind="model", name=f"tiny/sft/model", run=run))
+        arts.append(store.register(d, kind="model", name="tiny/sft/model", run=run))
         store.add_event(run, "outputs", outputs={"model": arts[-1]})
         store.add_event(run, "status", state="SUCCEEDED" if i % 3 else "FAILED", reason=None)
         if i % 7 == 0:

@@ -10,6 +10,7 @@ import containers as pins
 from jobs import containers
 from jobs import profiles, recipes
 from jobs.executors.slurm import render, sbatch_params
+from jobs.plan import StagePlan
 
 ALL = [(name, stage) for name in recipes.available() for stage in recipes.load(name).stages]
 YAMLS = sorted(recipes.BUILTIN.rglob("*.yaml"))
@@ -87,7 +88,8 @@ def test_the_lock_is_well_formed_and_never_pins_a_made_up_digest():
 def test_every_stage_renders_an_sbatch_script(name, stage, tmp_path):
     spec = recipes.load(name).stage(stage)
     image = containers.resolve(spec.container, allow_unpinned=True) if spec.container else None
-    as_run = {"recipe": name, "stage": stage, "container": spec.container, "resources": spec.resources}
+    as_run = StagePlan(recipe=name, stage=stage, module=spec.module, config={}, inputs={}, upstream={}, input_kinds={},
+                       outputs={}, resources=spec.resources, container=spec.container, ray=False)
     script = render(sbatch_params(as_run, profiles.Profile(), tmp_path, image), tmp_path, "python3")
     assert f"#SBATCH --nodes={spec.resources.get('nodes', 1)}" in script
     assert ("#SBATCH --gpus-per-node=" in script) == bool(spec.resources.get("gpus_per_node"))

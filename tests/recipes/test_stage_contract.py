@@ -75,6 +75,20 @@ def test_module_has_run_and_check_config_and_accepts_its_composed_config(name, s
     plan._check_config(name, spec, config)          # what `jobs submit` runs: raises on any problem
 
 
+@pytest.mark.parametrize("name,stage", CASES)
+def test_every_stage_declares_its_results_gate(name, stage):
+    """A stage says what its outputs must show before they are registered (stages/gate.py): none
+    relies on having written its folders alone."""
+    spec, config = composed(name, stage)
+    module = importlib.import_module(spec.module)
+    gate = getattr(module, "gate", None)
+    assert callable(gate) and list(inspect.signature(gate).parameters) == ["ctx", "produced"], spec.module
+    if spec.module == "stages.prep":   # one module for three stages: each has its own checks
+        from stages.prep import _module
+
+        assert callable(getattr(_module(stage), "gate", None)), stage
+
+
 def first_number(section: dict, path: tuple = ()):
     """The first int/float leaf (not a bool) of a nested section, depth first, in file order."""
     for key, value in section.items():

@@ -1,6 +1,6 @@
 """Why each attempt of a Slurm run ended, as `jobs show` tells it: Slurm's USR2 before the time limit
 ("time limit"), and a requeue without warning (the attempt that never recorded its end is closed by
-the next one with the state sacct kept for it)."""
+the next one with the state sacct kept for it), each with its failure class."""
 import subprocess
 
 import pytest
@@ -32,7 +32,8 @@ def test_usr2_before_the_time_limit_is_recorded_as_time_limit(tmp_path, env):
     assert view.attempts[0]["reason"].startswith("time limit (") and view.attempts[-1]["exit"] == 0
     lines = attempt_lines(store, run, env)
     assert lines[0] == f"attempts  {len(view.attempts)}"
-    assert "exit requeued  (time limit (" in lines[1]
+    assert view.attempts[0]["failure_class"] == "time_limit"   # within the default budget: requeued
+    assert "exit requeued  class time_limit  (time limit (" in lines[1]
 
 
 def test_requeue_without_warning_is_closed_by_the_next_attempt_with_sacct_state(tmp_path, env):
@@ -45,4 +46,6 @@ def test_requeue_without_warning_is_closed_by_the_next_attempt_with_sacct_state(
     assert view.state == "SUCCEEDED", view.reason
     first = Store(store).run(run).attempts[0]
     assert first["exit"] == "interrupted" and first["reason"] == "requeued (scontrol requeue)", first
-    assert "exit interrupted  (requeued (scontrol requeue))" in attempt_lines(store, run, env)[1]
+    assert first["failure_class"] == "preempted" and first["slurm"]["State"] == "REQUEUED", first
+    assert "exit interrupted  class preempted  (requeued (scontrol requeue))" in attempt_lines(store, run, env)[1]
+    assert "attempts: #1 preempted" in run_jobs(store, "status", run, env=env).out

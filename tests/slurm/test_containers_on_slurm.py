@@ -40,7 +40,7 @@ def dev_image():
 
 
 def write_profiles(tmp_path: Path, **extra: str) -> dict:
-    lines = [f"host: {{partition: debug, containers: false, cpus_per_task: 2}}",
+    lines = ["host: {partition: debug, containers: false, cpus_per_task: 2}",
              f"ch: {{partition: debug, cpus_per_task: 2, container_runtime: charliecloud, container_dir: '{SQSH}'}}"]
     lines += [f"{name}: {body}" for name, body in extra.items()]
     (tmp_path / "profiles.yaml").write_text("\n".join(lines) + "\n")
@@ -120,8 +120,10 @@ def test_grpo_runs_its_ray_cluster_inside_the_image_on_both_nodes(tmp_path, upst
     image, _ = dev_image
     env = write_profiles(tmp_path, ch2=f"{{partition: debug, nodes: 2, cpus_per_task: 2, "
                                         f"container_runtime: charliecloud, container_dir: '{SQSH}'}}")
+    # Scored by the reward model: the barely trained policy never spells a sum right, so under the
+    # verifier every group would tie and the run, having trained nothing, would fail its results gate.
     r = run_jobs(upstream_store, "submit", "tiny", "--stage", "rl", "--executor", "slurm", "--profile", "ch2",
-                 "rl.grpo.max_num_steps=2", "rl.grpo.num_prompts_per_step=8", "rl.grpo.val_period=2",
+                 "rl.reward.kind=reward_model", "rl.grpo.max_num_steps=2", "rl.grpo.num_prompts_per_step=8", "rl.grpo.val_period=2",
                  "rl.grpo.max_val_samples=16", "rl.cluster.rollout_workers=2", "tracking.wandb=disabled",
                  "tracking.tensorboard=false", env=env)
     assert r.code == 0, r.out + r.err
@@ -191,11 +193,12 @@ def test_an_image_without_torch_is_refused_at_submit_and_fails_in_the_job_in_one
     monkeypatch.setattr(slurm, "probe", lambda *a, **k: None)
     lines: list[str] = []
     assert submit(Request("tiny", "pretrain", ["tracking.wandb=disabled", "tracking.tensorboard=false"],
-                          executor="slurm", profile="bare", store=str(store)), echo=lines.append)
+                          executor="slurm", profile="bare", store=str(store)), echo=lines.append).ok
     run = submitted("\n".join(lines))["pretrain"]
     view = wait_all(store, {"pretrain": run}, env, deadline_s=300)["pretrain"]
     assert view.state == "FAILED"
-    assert view.reason.startswith("ImageLacks: image local/bare-python@sha256:")
+    assert view.reason.startswith("environment: ImageLacks: image local/bare-python@sha256:")
+    assert view.attempts[0]["failure_class"] == "environment"   # the image lacks it: a retry would too
     assert "lacks torch, transformers, tokenizers, safetensors, numpy, which stage pretrain imports" in view.reason
     assert "\n" not in view.reason and view.attempts[0]["python_executable"] == "/usr/bin/python3"
 

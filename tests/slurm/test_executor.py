@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -59,12 +60,23 @@ def job_of(store: Path, run_id: str) -> str:
     return Store(store).run(run_id).jobs[-1]["job_id"]
 
 
-def test_data_stage_runs_through_submitit_on_slurm(tmp_path, env):
+def test_data_stage_runs_through_submitit_on_slurm(tmp_path, env, monkeypatch):
+    from jobs import profiles
+    from jobs.executors.slurm import python_for, render, sbatch_params
+
     store = tmp_path / "store"
     (run,) = submit(store, env, "tiny", "--stage", "data")
     view = wait(store, run, {"SUCCEEDED", "FAILED"}, env=env)
     assert view.state == "SUCCEEDED", view.reason
     job = job_of(store, run)
+    # The script submitit submitted is the one the executor renders itself (what the dry run shows and
+    # `sbatch --test-only` checks), byte for byte: the same parameters, the same job command.
+    folder = Path(view.jobs[-1]["folder"])
+    submitted = (folder / f"{job}_submission.sh").read_text()
+    here = re.search(r" (\S+) -u -m runtime\.hold_usr2 ", submitted).group(1)
+    monkeypatch.setenv("JOBS_PROFILES", env["JOBS_PROFILES"])
+    assert render(sbatch_params(view.spec, profiles.load("dev"), store, None), folder, python_for(None, here=here)) \
+        == submitted
     assert view.attempts[0]["job_id"] == job and view.spec["executor"] == "slurm"
     assert len(view.outputs) == 6
     # slurmdbd learns of the end a little after the job's own record: poll, on a deadline.

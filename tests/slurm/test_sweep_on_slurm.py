@@ -133,3 +133,48 @@ def test_a_sweeps_cancel_scancels_its_array_before_recording_any_point(tmp_path,
         while subprocess.run(["squeue", "-h", "-r", "-j", array], capture_output=True, text=True).stdout.strip():
             assert time.monotonic() < end, "the array is still in squeue after the sweep's cancel"
             time.sleep(1)
+
+
+def test_planning_with_a_sweeps_best_point_reads_records_only(tmp_path, slurm_cluster):
+    """`--input ROLE=SWEEP:best` is resolved from the points' records: a dry run asks Slurm nothing
+    and leaves the store byte for byte as it was, even when Slurm knows more than the records (the
+    array was scancelled behind the store's back); `jobs status SWEEP` is what asks."""
+    import shutil
+    import subprocess
+
+    from helpers import tree_digest
+
+    fixtures = Path(__file__).parents[1] / "fixtures"
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text("dev: {partition: debug, containers: false, sbatch: {hold: true}}\n")
+    env = {"JOBS_PROFILES": str(profiles), "JOBS_RECIPES": str(fixtures / "recipes"),
+           "PYTHONPATH": os.pathsep.join([str(fixtures), os.environ.get("PYTHONPATH", "")])}
+    store = tmp_path / "store"
+    r = run_jobs(store, "submit", "testchain", "--stage", "count", "--sweep", "count.steps=1,2", "count.step_s=0",
+                 "--executor", "slurm", "--profile", "dev", env=env)
+    assert r.code == 0, r.err
+    sweep = re.search(r"sweep (swp_[0-9a-f]+):", r.out)[1]
+    view = records.read(Store(store), sweep)
+    array = Store(store).run(view.runs[0]).jobs[-1]["array"]
+    subprocess.run(["scancel", array], check=True)
+    end = time.monotonic() + 60
+    while subprocess.run(["squeue", "-h", "-r", "-j", array], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < end, "the array is still in squeue after scancel"
+        time.sleep(1)
+
+    # Every Slurm command the planning could run, each a wrapper that notes its name and runs the real one.
+    bin_, log = tmp_path / "bin", tmp_path / "slurm-calls"
+    bin_.mkdir()
+    for name in ("squeue", "sacct", "sbatch", "scontrol", "scancel", "sinfo", "srun"):
+        real = shutil.which(name)
+        (bin_ / name).write_text(f'#!/bin/sh\necho {name} "$@" >> {log}\nexec {real} "$@"\n')
+        (bin_ / name).chmod(0o755)
+    watched = {**env, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
+    plan = ["submit", "testchain", "--stage", "double", "--input", f"numbers={sweep}:best", "--executor", "slurm",
+            "--profile", "dev", "--dry-run"]
+    before = tree_digest(store)
+    early = run_jobs(store, *plan, env=watched)
+    assert early.code == 2 and "2 point(s) not ended yet" in early.err, early.err
+    assert tree_digest(store) == before and not log.exists(), log.read_text() if log.exists() else ""
+    assert run_jobs(store, "status", sweep, env=watched).code == 0   # the status command is the one that asks
+    assert {"squeue", "sacct"} & {line.split()[0] for line in log.read_text().splitlines()}

@@ -1,6 +1,5 @@
 """Data-parallel training across the two dev-cluster nodes matches one process with the same global batch."""
 import json
-from pathlib import Path
 
 import pytest
 

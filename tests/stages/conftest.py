@@ -1,5 +1,4 @@
 """One run of the whole tiny pipeline through the real CLI, shared by every test that reads it."""
-from pathlib import Path
 
 import pytest
 

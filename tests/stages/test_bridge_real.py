@@ -14,7 +14,6 @@ command builds it."""
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -2,7 +2,6 @@
 same greedy answers, pass@k equal to what the written samples give, the chat template applied.
 A model trained in seconds, not the pipeline's: the point is the engine path, not accuracy."""
 import json
-from pathlib import Path
 
 import pytest
 
@@ -55,6 +54,9 @@ def run_eval(folders, name: str, overrides: list[str]) -> tuple[dict, list[dict]
     ctx = StageContext(run_id=name, recipe="tiny", stage="eval", config=config,
                        inputs={"model": folders["model"], "data": folders["data"]}, run_dir=folders["root"] / name)
     out = eval_stage.run(ctx)["report"]
+    # The results gate the runtime would run: every prompt scored, tokens generated, by either backend.
+    checks = eval_stage.gate(ctx, {"report": out})
+    assert [(c.name, c.ok) for c in checks] == [("rows", True), ("tokens", True)], checks
     results = json.loads((out / "results.json").read_text())
     return results, [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 

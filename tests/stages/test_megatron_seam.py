@@ -296,6 +296,48 @@ def test_sft_renders_full_sft_and_refuses_lora_whose_checkpoints_the_export_cann
     assert cfg["sft"]["peft"] is None
 
 
+
+def test_a_stage_recipe_replaces_nano3s_and_is_called_with_the_hf_model():
+    """`sft.recipe: module:function` (another model than Nemotron-3-Nano: the tiny one dev/bridge_gpu.py
+    trains) renders that function, called with the HF checkpoint the stage starts from."""
+    cfg = copy.deepcopy(SFT)
+    cfg["sft"]["recipe"] = "bridge_gpu_recipe:tiny_config"
+    job = sft_job(cfg)
+    assert job.recipe == "bridge_gpu_recipe:tiny_config" and job.recipe_kwargs == {"hf_model": "/store/sft_in"}
+    script = render_train(job, "/runs/r1/megatron/bridge_overrides.yaml")
+    assert "RECIPE, RECIPE_KWARGS" in script and "'bridge_gpu_recipe:tiny_config', {'hf_model': '/store/sft_in'}" in script
+    for bad in ("bridge_gpu_recipe.tiny_config", "", 3):
+        cfg["sft"]["recipe"] = bad
+        with pytest.raises(TranslationError, match="sft.recipe must be module:function"):
+            sft_job(cfg)
+
+
+
+def test_a_warmup_not_below_train_iters_is_shortened_with_the_torch_loops_note(tmp_path):
+    """A short run of a recipe (train_iters under its warmup) trains, warming up over a tenth of its
+    iterations, and submit says so in one line: what the torch loop does for `sft.steps=20`."""
+    import stages.sft
+    from helpers import run_jobs
+
+    cfg = copy.deepcopy(SFT)
+    cfg["sft"]["train"]["train_iters"] = 50                           # under the recipe's warmup of 100
+    job = sft_job(cfg)
+    assert job.scheduler.lr_warmup_iters == 5 and job.overrides()["scheduler"]["lr_warmup_iters"] == 5
+    assert stages.sft.notes(cfg) == ["sft.scheduler.lr_warmup_iters 100 is not below sft.train.train_iters 50: this run "
+                                     "warms up over 5 step(s), a tenth of its steps (set sft.scheduler.lr_warmup_iters "
+                                     "below 50 to choose)"]
+    assert sft_job().scheduler.lr_warmup_iters == 100 and stages.sft.notes(SFT) == []
+    r = run_jobs(tmp_path / "store", "submit", "nano3", "--stage", "all", "--executor", "slurm", "--dry-run",
+                 "pretrain.train.train_iters=60", env={"JOBS_PROFILES": str(tmp_path / "none.yaml")})
+    assert r.code == 0, r.err
+    assert "jobs: note: nano3/pretrain: pretrain.scheduler.lr_warmup_iters 100 is not below pretrain.train.train_iters 60: this run warms up " \
+           "over 6 step(s)" in r.err
+    assert "lr_warmup_iters: 6" in r.out                               # the overrides the dry run shows
+
+def test_no_gpus_is_a_one_line_problem_not_a_division_by_zero():
+    with pytest.raises(TranslationError, match="the megatron backend trains on GPUs: give the stage resources.gpus_per_node"):
+        sft_job(gpus=0)
+
 @pytest.mark.parametrize("megatron_core,tp,refused", [
     ("3cbe5c68a40c5820c11fc60fea1143dc6983706e", 4, True),   # Bridge's submodule pointer: groups % TP only
     ("3cbe5c68a40c5820c11fc60fea1143dc6983706e", 2, False),

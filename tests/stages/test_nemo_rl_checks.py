@@ -81,7 +81,7 @@ def test_a_config_nemo_rl_would_refuse_is_refused_with_its_upstream_line(overrid
 
     cfg, res = nano3("rl", override.split())
     [problem] = nemo_rl.check_config(cfg, "rl", res)
-    assert f"(NeMo RL refuses at nemo_rl/" in problem and where in problem, problem
+    assert "(NeMo RL refuses at nemo_rl/" in problem and where in problem, problem
 
 
 def test_a_bad_override_is_refused_at_submit_in_one_line_and_nothing_is_written(tmp_path):

@@ -258,4 +258,4 @@ def test_one_run_one_story_two_attempts_one_wandb_run_one_tensorboard(tmp_path):
     lines = shown.out.splitlines()
     assert f"attempts  2   one W&B run {wid}" in lines
     attempts = [line for line in lines if line.startswith("attempt   #")]
-    assert len(attempts) == 2 and "exit requeued  (asked to stop; requeued)" in attempts[0] and "exit 0" in attempts[1]
+    assert len(attempts) == 2 and "exit requeued  class preempted  (asked to stop; requeued)" in attempts[0] and "exit 0" in attempts[1]

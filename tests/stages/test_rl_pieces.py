@@ -3,7 +3,6 @@ the NeMo RL seam (rendered, never run here), and bad config refused by `jobs sub
 from pathlib import Path
 
 import pytest
-import torch
 
 from helpers import run_jobs, tree_digest
 from jobs import recipes

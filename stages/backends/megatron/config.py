@@ -15,12 +15,14 @@ Which version: the `megatron_bridge` the `nemo` image carries, in containers/con
 from __future__ import annotations
 
 import difflib
-from dataclasses import asdict, dataclass, fields
+import re
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from stages.contract import StageError
+from stages.ml.loop import Schedule, warmup_note
 
 UPSTREAM = Path(__file__).with_name("upstream_fields.yaml")
 FINETUNING_DATASET = "megatron.bridge.training.config.FinetuningDatasetConfig"
@@ -170,8 +172,9 @@ class BridgeJob:
 
     stage: str
     version: str                 # Megatron-Bridge version the overrides and scripts are rendered for
-    recipe: str                  # "module:function" returning a ConfigContainer
-    recipe_kwargs: dict          # its arguments: {"peft": None} = full SFT in nano-v3's finetune recipe
+    recipe: str                  # "module:function" returning a ConfigContainer (the stage's `recipe:`, else Nano-3's)
+    recipe_kwargs: dict          # its arguments: {"peft": None} = full SFT in nano-v3's finetune recipe;
+                                 # {"hf_model": ...} for a stage's own recipe
     entry: str                   # "module:function": pretrain() or finetune()
     hf_model: str                # what AutoBridge.import_ckpt / from_hf_pretrained read
     hf_revision: str | None      # a hub commit for a hub id; None for a folder
@@ -288,10 +291,10 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
         raise TranslationError(f"the config has no {stage}: section")
     s = dict(config[stage])
     problems: list[str] = []
-    known = {"backend", "peft", "model", "train", "optimizer", "scheduler", "checkpoint", "logger", "dataset"}
+    known = {"backend", "peft", "recipe", "model", "train", "optimizer", "scheduler", "checkpoint", "logger", "dataset"}
     for key in sorted(set(s) - known):
         problems.append(f"{stage}.{key}: unknown section (valid: {', '.join(sorted(known))})")
-    shape = [f"{stage}.{key} must be a mapping (got {s[key]!r})" for key in sorted(known - {"backend", "peft"})
+    shape = [f"{stage}.{key} must be a mapping (got {s[key]!r})" for key in sorted(known - {"backend", "peft", "recipe"})
              if not isinstance(s.get(key, {}), dict)]
     if shape:
         raise TranslationError(f"{stage} (megatron backend): " + "; ".join(problems + shape))
@@ -341,26 +344,31 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
     dataset.update(dataset_extra)
 
     recipe_kwargs: dict = {}
+    recipe = s.get("recipe")
+    if recipe is not None and not (isinstance(recipe, str) and re.fullmatch(r"[\w.]+:\w+", recipe)):
+        problems.append(f"{stage}.recipe must be module:function (got {recipe!r})")
     peft = s.get("peft")
     if peft is not None and stage == "pretrain":
         problems.append("pretrain.peft: pretraining trains every weight (peft applies to sft)")
     elif peft is not None:
         problems.append(f"sft.peft {peft!r}: only full SFT (peft: null) is supported: a LoRA run saves adapters only, "
                         "and the stage's export (AutoBridge.export_ckpt) needs the full weights")
+    elif recipe is not None:
+        recipe_kwargs = {"hf_model": hf_model}   # another model's recipe builds its provider from the HF config
     elif stage == "sft" and b["recipes"][stage].endswith("_finetune_config"):
         recipe_kwargs = {"peft": None}    # nano-v3's finetune recipe defaults to LoRA (nemotron_3_nano.py:356)
     if model and train:
         problems += _layout_problems(stage, model, train, gpus)
     if optimizer and optimizer.min_lr is not None and optimizer.min_lr > optimizer.lr:
         problems.append(f"{stage}.optimizer: min_lr {optimizer.min_lr} > lr {optimizer.lr}")
-    if scheduler and train and scheduler.lr_warmup_iters >= train.train_iters:
-        problems.append(f"{stage}.scheduler: lr_warmup_iters {scheduler.lr_warmup_iters} >= train_iters {train.train_iters}")
+    if scheduler and train and scheduler.lr_warmup_iters >= train.train_iters:   # a short run: warmup_notes says so
+        scheduler = replace(scheduler, lr_warmup_iters=Schedule.warmup_for(train.train_iters, scheduler.lr_warmup_iters))
     if problems:
         raise TranslationError(f"{stage} (megatron backend, Bridge {version}): " + "; ".join(problems))
 
     base = config.get("base_model", {}) or {}
     job = BridgeJob(
-        stage=stage, version=version, recipe=b["recipes"][stage], recipe_kwargs=recipe_kwargs, entry=ENTRIES[stage],
+        stage=stage, version=version, recipe=recipe or b["recipes"][stage], recipe_kwargs=recipe_kwargs, entry=ENTRIES[stage],
         hf_model=hf_model,
         hf_revision=hf_revision, trust_remote_code=bool(base.get("trust_remote_code", False)),
         seed=int(config.get("seed", 1234)), model=model, train=train, validation=validation, optimizer=optimizer,
@@ -371,6 +379,16 @@ def translate(config: dict, stage: str, *, hf_model: str, data: dict[str, Any], 
     if missing:
         raise TranslationError(f"{stage} (megatron backend, Bridge {version}): " + "; ".join(missing))
     return job
+
+
+def warmup_notes(section: dict, stage: str) -> list[str]:
+    """What submit says when translate shortens a warmup that is not below train_iters (as the torch
+    loop does: a tenth of the iterations), so a short run of a recipe trains instead of being refused."""
+    train, scheduler = section.get("train"), section.get("scheduler")
+    if not isinstance(train, dict) or not isinstance(scheduler, dict):
+        return []
+    return warmup_note(train.get("train_iters"), scheduler.get("lr_warmup_iters", 0), f"{stage}.train.train_iters",
+                       f"{stage}.scheduler.lr_warmup_iters")
 
 
 def _pretrain_dataset(data: dict, seq_length, problems: list[str]) -> dict:
@@ -443,7 +461,9 @@ def _layout_problems(stage: str, m: ModelSection, t: TrainSection, gpus: int) ->
     elif groups % tp and not (rule == "multiple or divisor" and tp % groups == 0):
         problems.append(f"model.tensor_model_parallel_size {tp}: megatron-core ({_image_megatron_core()}) needs "
                         f"num_query_groups ({groups}) to be a {rule} of it")
-    if gpus % (tp * pp * cp):
+    if gpus < 1:
+        problems.append("the megatron backend trains on GPUs: give the stage resources.gpus_per_node")
+    elif gpus % (tp * pp * cp):
         problems.append(f"{gpus} GPUs are not a multiple of tensor*pipeline*context = {tp * pp * cp}")
     elif gpus % (etp * ep * pp):
         problems.append(f"{gpus} GPUs are not a multiple of expert_tensor*expert*pipeline = {etp * ep * pp}")

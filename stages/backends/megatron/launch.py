@@ -220,6 +220,16 @@ def check_stage(config: dict, stage: str, resources: dict | None, torch_rules) -
     return torch_rules(cfg)
 
 
+def notes_stage(config: dict, stage: str, torch_notes) -> list[str]:
+    """`notes` of a stage with two backends: a warmup the run shortens, in the backend's own keys."""
+    from stages.backends.megatron.config import warmup_notes
+
+    cfg = config.get(stage)
+    if not isinstance(cfg, dict):
+        return []
+    return warmup_notes(cfg, stage) if cfg.get("backend", "torch") == "megatron" else torch_notes(cfg)
+
+
 def preview_stage(config: dict, stage: str, resources: dict) -> str | None:
     """For `jobs submit --dry-run`: the overrides and recipe a megatron job runs; None for torch."""
     return preview(config, stage, resources) if config[stage].get("backend") == "megatron" else None

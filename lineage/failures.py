@@ -1,0 +1,177 @@
+"""Why an attempt failed, as one class, and how many times a run may be requeued for each.
+
+Every failed attempt gets one class, decided here and nowhere else (`classify`), from what is
+known where its end is noticed: inside the job, the exception the stage or the entry raised (and,
+for a requeue on Slurm's USR2, whether the time limit was near); from outside, what Slurm's
+accounting kept (sacct State, ExitCode, DerivedExitCode), the state of the node it ran on, the
+signal that ended it, and the last lines of its log.
+
+    preempted      Slurm took the allocation back (preemption, `scontrol requeue`)    transient
+    node_failure   the node died or was set down under the job                          transient
+    time_limit     the job reached its time limit                                       transient
+    out_of_memory  the process ran out of memory (MemoryError, Slurm's OUT_OF_MEMORY,
+                   or a SIGKILL that nothing else explains: the kernel's OOM killer)
+    environment    the image or Python environment lacks a library; an import failed; Ray did not start
+    config_refused the stage refused its config or state (StageError)
+    bad_input      an input is corrupt, or its upstream run did not succeed
+    code_error     anything else: an exception in the code, a non-zero exit
+    gate           a results gate refused the outputs (GateFailed)
+
+A transient class is requeued within the run's retry budget (`retries`, from the recipe stage's
+resources and the profile, recorded in the run spec); the others never are: a retry would fail the
+same way.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+CLASSES = ("preempted", "node_failure", "time_limit", "out_of_memory", "environment", "config_refused",
+           "bad_input", "code_error", "gate")
+#: The classes a requeue can cure; only these take a retry budget.
+TRANSIENT = ("preempted", "node_failure", "time_limit")
+#: Requeues allowed per class when neither the recipe nor the profile says.
+DEFAULT_RETRIES = {"preempted": 10, "node_failure": 2, "time_limit": 3}
+#: The most requeues of one class a budget may allow: beyond it a value is a typo.
+MAX_RETRIES = 1000
+
+# Exception type names (the type's or a base's) -> class, first match wins.
+_BY_ERROR = (
+    ({"GateFailed"}, "gate"),
+    ({"MemoryError", "OutOfMemoryError"}, "out_of_memory"),
+    ({"ImageLacks", "ImportError", "ModuleNotFoundError", "RayClusterError"}, "environment"),
+    ({"CorruptInput", "UpstreamFailed"}, "bad_input"),
+    ({"StageError"}, "config_refused"),
+)
+# sacct states that name the cause themselves.
+_BY_STATE = {"NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure", "OUT_OF_MEMORY": "out_of_memory",
+             "TIMEOUT": "time_limit", "DEADLINE": "time_limit", "PREEMPTED": "preempted",
+             "REQUEUED": "preempted"}
+# What slurmstepd, the kernel or Python leave as a log's last words.
+_BY_LOG = (
+    (re.compile(r"DUE TO NODE FAILURE"), "node_failure"),
+    (re.compile(r"DUE TO TIME LIMIT"), "time_limit"),
+    (re.compile(r"DUE TO PREEMPTION|DUE TO JOB REQUEUE"), "preempted"),
+    # srun's word for a task ended by SIGKILL: nothing of Slurm's own sent it (its kills carry a state)
+    (re.compile(r"task \d+: Killed$"), "out_of_memory"),
+    (re.compile(r"exceeded (job )?memory limit|oom[-_ ]kill|Out of memory|out of memory|"
+                r"[Cc]an(no|')t allocate memory", re.I), "out_of_memory"),
+)
+#: A traceback's last line: `package.module.Name: message` (or the bare name).
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Failed|Lacks|Input))(?::|$)")
+#: Node states (sinfo %T, scontrol State) of a node that is gone; a trailing "*" is "not responding".
+_NODE_GONE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What is known of one failed attempt; every field may be missing."""
+
+    error: tuple[str, ...] = ()        # the exception's type name and its bases' (error_names)
+    message: str = ""                  # the exception's message
+    stop: str | None = None            # a requeue on USR2: "time_limit" or "preempted" (runtime/attempts.py)
+    state: str | None = None           # sacct State, e.g. "TIMEOUT", "NODE_FAIL", "CANCELLED by 0"
+    exit_code: str | None = None       # sacct ExitCode, "rc:signal"
+    derived_exit_code: str | None = None
+    node_state: str | None = None      # the attempt's node as Slurm sees it now (sinfo %T / scontrol State)
+    signal: int | None = None          # the signal that ended the process, when known
+    log_tail: tuple[str, ...] = ()     # the last lines of the job's stderr
+
+
+def error_names(error: BaseException) -> tuple[str, ...]:
+    """The names of the exception's type and its bases, most derived first."""
+    return tuple(t.__name__ for t in type(error).__mro__)
+
+
+def _by_names(names) -> str | None:
+    names = set(names)
+    for wanted, cls in _BY_ERROR:
+        if names & wanted:
+            return cls
+    return None
+
+
+def _signal(facts: Facts) -> int | None:
+    """The signal from the facts, or from an exit code's "rc:signal" (or rc 128+n, a shell's way)."""
+    if facts.signal:
+        return facts.signal
+    for code in (facts.exit_code, facts.derived_exit_code):
+        rc, _, sig = (code or "").partition(":")
+        if sig.isdigit() and int(sig):
+            return int(sig)
+        if rc.isdigit() and 128 < int(rc) < 160:
+            return int(rc) - 128
+    return None
+
+
+def classify(facts: Facts) -> str:
+    """The one class of a failed attempt (one of CLASSES)."""
+    if facts.error:
+        if "Requeue" in facts.error:
+            return facts.stop if facts.stop in ("time_limit", "preempted") else "preempted"
+        found = _by_names(facts.error)
+        if found:
+            return found
+        if any(p.search(facts.message) for p, cls in _BY_LOG if cls == "out_of_memory"):
+            return "out_of_memory"   # e.g. torch's "DefaultCPUAllocator: can't allocate memory"
+        return "code_error"
+    state = (facts.state or "").split()[0] if (facts.state or "").strip() else ""
+    node = (facts.node_state or "").upper()
+    if state in ("NODE_FAIL", "BOOT_FAIL") or any(w in node for w in _NODE_GONE) or node.endswith("*"):
+        return "node_failure"
+    if state in _BY_STATE:
+        return _BY_STATE[state]
+    for line in reversed(facts.log_tail):
+        for pattern, cls in _BY_LOG:
+            if pattern.search(line):
+                return cls
+        m = _EXC_LINE.match(line.strip())
+        if m:
+            return _by_names({m.group(1)}) or "code_error"
+    if _signal(facts) == 9:
+        return "out_of_memory"   # Slurm's own kills carry their state; an unexplained SIGKILL is the OOM killer's
+    return "code_error"
+
+
+# ---- the retry budget -----------------------------------------------------------------------------
+def retry_problem(value) -> str | None:
+    """What is wrong with a `retries:` mapping (class -> requeues), in one line; None when it is fine."""
+    if not isinstance(value, dict):
+        return f"must be a mapping of failure class to a count, e.g. {{preempted: 10}} (got {value!r:.60})"
+    for cls, n in value.items():
+        if cls not in CLASSES:
+            near = difflib.get_close_matches(str(cls), TRANSIENT, n=1, cutoff=0.6)
+            hint = f"did you mean {near[0]}? " if near else ""
+            return f"has unknown failure class {cls!r} ({hint}retried: {', '.join(TRANSIENT)})"
+        if cls not in TRANSIENT:
+            return f"cannot retry {cls}: a retry would fail the same way (retried: {', '.join(TRANSIENT)})"
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_RETRIES:
+            return f"{cls} must be a whole number of requeues in [0, {MAX_RETRIES}] (got {n!r:.60})"
+    return None
+
+
+def budget(*layers: dict | None) -> dict[str, int]:
+    """The budget in force: the defaults, then each layer (the recipe's, then the profile's) on top."""
+    out = dict(DEFAULT_RETRIES)
+    for layer in layers:
+        out.update(layer or {})
+    return out
+
+
+def used(attempts: list[dict], cls: str) -> int:
+    """How many of the run's attempts ended in `cls`."""
+    return sum(1 for a in attempts if a.get("failure_class") == cls)
+
+
+def spent(attempts: list[dict], cls: str, retries: dict | None) -> str | None:
+    """None while `cls` may be requeued once more (its attempts so far, the one ending now included,
+    are within the budget); else the run's FAILED reason, naming the class and the count."""
+    if cls not in TRANSIENT:
+        return None
+    allowed = budget(retries).get(cls, 0)
+    n = used(attempts, cls)
+    if n <= allowed:
+        return None
+    return (f"{cls}: {n} attempt{'s' if n != 1 else ''} ended so, the retry budget allows "
+            f"{allowed} requeue{'s' if allowed != 1 else ''} (retries.{cls})")

@@ -1,0 +1,81 @@
+"""The failure classifier (lineage/failures.py) over what real ends leave: sacct records and logs
+captured from the dev cluster's jobs (tests/slurm/test_failure_classes.py wrote
+tests/fixtures/sacct/ends.json), and exceptions raised for real; and the retry budget's rules."""
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs.triage import facts_of
+from lineage.failures import CLASSES, Facts, classify, error_names, retry_problem, spent
+from runtime.errors import CorruptInput, UpstreamFailed
+from runtime.image import ImageLacks
+from stages.contract import Requeue, StageError
+
+CAPTURED = json.loads((Path(__file__).parents[1] / "fixtures" / "sacct" / "ends.json").read_text())
+#: What each captured job did, and the class that end must get.
+DID = {"exit 3": "code_error", "batch shell SIGKILL": "out_of_memory", "srun task SIGKILL": "out_of_memory",
+       "import error": "environment", "time limit": "time_limit", "scontrol requeue": "preempted"}
+
+
+@pytest.mark.parametrize("end", CAPTURED, ids=[c["case"] for c in CAPTURED])
+def test_a_captured_end_gets_its_class(end):
+    assert classify(facts_of(end["sacct"], end["steps"], tuple(end["log"]))) == DID[end["case"]], end
+
+
+def test_without_the_log_sacct_alone_still_tells_the_ends_it_recorded():
+    got = {c["case"]: classify(facts_of(c["sacct"], c["steps"], ())) for c in CAPTURED}
+    # A bare exit 1 is all sacct knows of the import error: the log is what names the missing library.
+    assert got == {**DID, "import error": "code_error"}
+
+
+def test_a_node_down_now_makes_a_failed_attempt_a_node_failure():
+    exit3 = next(c for c in CAPTURED if c["case"] == "exit 3")
+    assert classify(facts_of(exit3["sacct"], exit3["steps"], (), node_state="down*")) == "node_failure"
+    assert classify(facts_of(exit3["sacct"], exit3["steps"], (), node_state="idle")) == "code_error"
+
+
+def raised(fn) -> BaseException:
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 (the exception is the test's subject)
+        return e
+    raise AssertionError("nothing raised")
+
+
+class GateFailed(Exception):
+    """The results gate's exception is classified by its name."""
+
+
+def test_exceptions_raised_in_the_job_get_their_class():
+    cases = {
+        "environment": [raised(lambda: importlib.import_module("no_such_library_here")),
+                        ImageLacks("image x lacks vllm")],
+        "out_of_memory": [raised(lambda: bytearray(1 << 62)),
+                          RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")],
+        "config_refused": [StageError("sft.lr must be > 0")],
+        "bad_input": [CorruptInput("input data is corrupt"), UpstreamFailed("upstream run x is FAILED")],
+        "code_error": [raised(lambda: {}["missing"]), RuntimeError("failing on purpose")],
+        "gate": [GateFailed("eval/exact_match 0.1 < 0.8")],
+    }
+    for cls, errors in cases.items():
+        for e in errors:
+            assert classify(Facts(error=error_names(e), message=str(e))) == cls, (cls, e)
+    assert classify(Facts(error=error_names(Requeue()), stop="time_limit")) == "time_limit"
+    assert classify(Facts(error=error_names(Requeue()), stop="preempted")) == "preempted"
+
+
+def test_a_retry_budget_takes_only_transient_classes_and_counts():
+    assert retry_problem({"preempted": 10, "node_failure": 2, "time_limit": 0}) is None
+    assert "unknown failure class 'preemted' (did you mean preempted?" in retry_problem({"preemted": 1})
+    assert "cannot retry code_error" in retry_problem({"code_error": 1})
+    assert "whole number" in retry_problem({"time_limit": -1}) and "whole number" in retry_problem({"time_limit": True})
+    assert "mapping" in retry_problem(["preempted"])
+    for cls in CLASSES:
+        assert "\n" not in (retry_problem({cls: 1}) or "")
+    attempts = [{"failure_class": "time_limit"}, {"failure_class": "preempted"}, {"failure_class": "time_limit"}]
+    assert spent(attempts[:2], "time_limit", {"time_limit": 1}) is None
+    assert spent(attempts, "time_limit", {"time_limit": 1}) == \
+        "time_limit: 2 attempts ended so, the retry budget allows 1 requeue (retries.time_limit)"
+    assert spent(attempts, "preempted", {"time_limit": 1}) is None   # the default budget for the others
