@@ -30,9 +30,11 @@ MARK = re.compile(r"(<!-- publish:([\w-]+) -->\n)(.*?)(<!-- /publish:\2 -->)", r
 # The raw files the docs are rendered from. The headline: bench/tiny.py on a fresh store of the
 # current code (bench/record.py tiny -- .venv/bin/python bench/tiny.py).
 TINY = "tiny-2026-11-28.md"
-SEEDS = "rl_seeds-2026-11-26.md"                  # SFT and the reward model on seeds 1234 / 7 / 42
-METHODS = "rl_seeds-methods-2026-11-26.md"        # grpo, dpo, dpo_offline on those stores
-GRPO_RM = "rl_seeds-grpo_rm-2026-11-26.md"        # grpo_rm, after its reward scoring changed
+# Every RL method and the reward model per seed: bench/rl_seeds.py at the current code, one seed a run
+# (bench/record.py rl_seeds-avx512-seedS -- .venv/bin/python bench/rl_seeds.py --seeds S --workdir W).
+SEED_RUNS = ("rl_seeds-avx512-seed1234-2026-11-28.md", "rl_seeds-avx512-seed7-2026-11-28.md",
+             "rl_seeds-avx512-seed42-2026-11-28.md")
+METHODS = SEED_RUNS[0]                            # seed 1234's, the CI pipeline's seed
 TRAIN = "train-idle-2026-11-26.md"               # bench/train.py, nothing else running
 METHOD_NAMES = {"grpo": "GRPO", "dpo": "on-policy DPO", "dpo_offline": "offline DPO",
                 "grpo_rm": "GRPO on the reward model"}
@@ -108,14 +110,6 @@ class Raw:
             if all(c in t[0] for c in columns):
                 return [dict(zip(t[0], row)) for row in t[1:]]
         raise KeyError(f"bench/results/{self.name}: no table with the columns {columns}")
-
-    def printed(self, script: str) -> tuple[str, float, float]:
-        """bench/rl_seeds.py's own line: its date and the 1-minute load before and after."""
-        m = re.search(rf"^# bench/{script}\s+(\d{{4}}-\d\d-\d\d \d\d:\d\d).*\n# load average before: ([\d.]+).*after: ([\d.]+)",
-                      self.text, re.M)
-        if not m:
-            raise KeyError(f"bench/results/{self.name}: no line printed by bench/{script}")
-        return m.group(1), float(m.group(2)), float(m.group(3))
 
 
 def num(x: float, places: int = 3) -> str:
@@ -211,15 +205,20 @@ def render_tiny_times(root: Path) -> str:
         f"{w['submit tiny --stage all']} s with the CLI.\n")
 
 
-# ---- every RL method on three seeds (bench/rl_seeds.py) ----
+# ---- every RL method and the reward model per seed (bench/rl_seeds.py) ----
+
+WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+
+
+def seed_runs(root: Path) -> list[Raw]:
+    return [Raw(root, name) for name in SEED_RUNS]
+
 
 def gains(root: Path) -> dict:
-    """method -> seed -> {greedy: (sft, rl, gain), pass@1: ..., pass@8: ...}, grpo_rm from its rerun."""
+    """method -> seed -> {greedy: (sft, rl, gain), pass@1: ..., pass@8: ...}."""
     out: dict = {}
-    for name, methods in ((METHODS, ("grpo", "dpo", "dpo_offline")), (GRPO_RM, ("grpo_rm",))):
-        for row in Raw(root, name).table("seed", "method", "greedy SFT -> RL"):
-            if row["method"] not in methods:
-                continue
+    for raw in seed_runs(root):
+        for row in raw.table("seed", "method", "greedy SFT -> RL"):
             cell = {}
             for k in ("greedy", "pass@1", "pass@8"):
                 m = re.match(r"([\d.]+) -> ([\d.]+) \(([+-][\d.]+)\)", row[f"{k} SFT -> RL"])
@@ -230,95 +229,114 @@ def gains(root: Path) -> dict:
     return out
 
 
-def seed_table(root: Path) -> tuple[Raw, list[dict]]:
-    raw = Raw(root, METHODS)
-    return raw, raw.table("seed", "SFT greedy")
+def seed_table(root: Path) -> list[dict]:
+    """The SFT model's held-out results, a row per seed, in SEED_RUNS' order."""
+    return [row for raw in seed_runs(root) for row in raw.table("seed", "SFT greedy")]
 
 
-def rl_seed_sources(root: Path) -> str:
+def rm_rows(root: Path) -> list[dict]:
+    return [row for raw in seed_runs(root) for row in raw.table("seed", "reward model")]
+
+
+def seed_sources(root: Path) -> str:
+    """The seed runs' raw files, each with its UTC span and load, then the commits and the host they ran on."""
+    runs = seed_runs(root)
     bits = []
-    for name in (METHODS, GRPO_RM):
-        when, before, after = Raw(root, name).printed("rl_seeds.py")
-        bits.append(f"`bench/results/{name}`, printed {when} UTC, load {before:.1f} -> {after:.1f}")
-    return "; ".join(bits)
+    for raw in runs:
+        span = f"{raw.started}-{raw.finished}" if raw.finished else raw.started
+        bits.append(f"`bench/results/{raw.name}` ({span} UTC, load {raw.load('before'):.1f} -> "
+                    f"{raw.load('after'):.1f}{'; ' + raw.note if raw.note else ''})")
+    commits = sorted({raw.commit for raw in runs})
+    hosts = sorted({f"{raw.host}, torch's {raw.kernels} CPU kernels" for raw in runs})
+    return (f"raw output{'s' if len(runs) > 1 else ''} " + ", ".join(bits)
+            + f"; commit {' and '.join(commits)}; " + " and ".join(hosts))
+
+
+def listed(items: list[str]) -> str:
+    """Items in prose: 1234; 1234 and 42; 1234, 7 and 42."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]])) if items else ""
+
+
+def seeds_named(seeds: list[str]) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {' / '.join(seeds)}"
 
 
 def render_rl_seeds_summary(root: Path) -> str:
     g = gains(root)
-    _, sft = seed_table(root)
+    sft = seed_table(root)
     seeds = [r["seed"] for r in sft]
+    methods = [m for m in ("grpo", "dpo", "dpo_offline", "grpo_rm") if m in g]
     parts = []
-    for method in ("grpo", "dpo", "dpo_offline", "grpo_rm"):
+    for method in methods:
         per = g[method]
         parts.append(f"{METHOD_NAMES[method]} " + " / ".join(signed(per[s]["greedy"][2]) for s in seeds)
                      + " and " + " / ".join(signed(per[s]["pass@1"][2]) for s in seeds))
-    ends = [per[s]["greedy"][1] for per in g.values() for s in seeds]
-    sd = lambda k: [statistics.stdev([g[m][s][k][2] for s in seeds]) for m in g]
-    return (
-        f"RL on three seeds (`bench/rl_seeds.py`: every method on each seed's SFT model, the default "
-        f"recipe, 500 held-out test prompts; raw outputs {rl_seed_sources(root)}; AMD EPYC host, 2 cores), "
-        f"gains in greedy exact match / pass@1 on seeds {' / '.join(seeds)}: " + "; ".join(parts)
-        + f". The seeds' SFT models: greedy {' / '.join(r['SFT greedy'] for r in sft)}; every method ends at "
-        f"{min(ends):.2f}-{max(ends):.2f} greedy. The gains' spread over seeds: std {min(sd('greedy')):.3f}-"
-        f"{max(sd('greedy')):.3f} greedy, {min(sd('pass@1')):.3f}-{max(sd('pass@1')):.3f} pass@1. The binomial "
-        f"standard error of one evaluation on 500 prompts is at most {(0.25 / 500) ** 0.5:.3f} (greedy).\n")
+    ends = [g[m][s]["greedy"][1] for m in methods for s in seeds]
+    text = (
+        f"RL on {WORDS[len(seeds)]} seed{'s' if len(seeds) > 1 else ''} (`bench/rl_seeds.py`: per seed a fresh "
+        f"store to the reward model, then every method on the seed's SFT model, the default recipe, RL on "
+        f"{rl_actors(root)}, 500 held-out prompts of the test split; {seed_sources(root)}), gains in greedy "
+        f"exact match / pass@1 on {seeds_named(seeds)}: " + "; ".join(parts)
+        + f". The SFT model{'s' if len(seeds) > 1 else ''}: greedy {' / '.join(r['SFT greedy'] for r in sft)}; "
+        f"every method ends at {min(ends):.2f}-{max(ends):.2f} greedy.")
+    if len(seeds) > 1:
+        sd = lambda k: [statistics.stdev([g[m][s][k][2] for s in seeds]) for m in methods]  # noqa: E731
+        text += (f" The gains' spread over seeds: std {min(sd('greedy')):.3f}-{max(sd('greedy')):.3f} greedy, "
+                 f"{min(sd('pass@1')):.3f}-{max(sd('pass@1')):.3f} pass@1.")
+    return text + (f" The binomial standard error of one evaluation on 500 prompts is at most "
+                   f"{(0.25 / 500) ** 0.5:.3f} (greedy).\n")
 
 
 def render_rl_seeds_table(root: Path) -> str:
     g = gains(root)
-    _, sft = seed_table(root)
+    sft = seed_table(root)
     seeds = [r["seed"] for r in sft]
     rows = [f"| {label} | " + " / ".join(signed(g[m][s]['greedy'][2]) for s in seeds) + " | "
             + " / ".join(signed(g[m][s]['pass@1'][2]) for s in seeds) + " |"
             for m, label in (("grpo", "GRPO (rl, default)"), ("dpo", "DPO, on-policy pairs"),
                              ("dpo_offline", "DPO, offline pairs (data.prefs' \"sum\")"),
-                             ("grpo_rm", "GRPO on the reward model"))]
+                             ("grpo_rm", "GRPO on the reward model")) if m in g]
     sfts = "; ".join(f"seed {r['seed']} {r['SFT greedy']} / {r['SFT pass@1']} / {r['SFT pass@8']}" for r in sft)
     return (
-        f"Every RL method on the three seeds (`bench/rl_seeds.py`; raw outputs {rl_seed_sources(root)}; AMD "
-        f"EPYC host, 2 cores): the SFT models' held-out greedy / pass@1 / pass@8 {sfts}, and each method's "
-        f"greedy / pass@1 gains over its seed's SFT model, seeds {' / '.join(seeds)}:\n\n"
+        f"Every RL method on {WORDS[len(seeds)]} seed{'s' if len(seeds) > 1 else ''} (`bench/rl_seeds.py`, RL on "
+        f"{rl_actors(root)}, 500 held-out prompts of the test split; {seed_sources(root)}): the SFT "
+        f"model{'s' if len(seeds) > 1 else ''}' held-out greedy / pass@1 / pass@8 {sfts}, and each method's "
+        f"greedy / pass@1 gains over its seed's SFT model, {seeds_named(seeds)}:\n\n"
         "| method | greedy gain | pass@1 gain |\n|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
-# ---- the reward model on three seeds ----
+# ---- the reward model per seed (the same runs) ----
 
 def render_rm_seeds(root: Path) -> str:
-    raw = Raw(root, SEEDS)
-    rows = raw.table("seed", "reward model")
-    when, before, after = raw.printed("rl_seeds.py")
-    col = lambda k: " / ".join(num(float(r[k])) for r in rows)
+    rows = rm_rows(root)
+    col = lambda k: " / ".join(num(float(r[k])) for r in rows)  # noqa: E731
     gain = [re.match(r"([+-][\d.]+) \(([+-]\d+)\)", r["gain (pairs)"]).groups() for r in rows]
     q = [float(r["bootstrap 0.5% of gain"]) for r in rows]
     seeds = [r["seed"] for r in rows]
     beyond = [s for s, x in zip(seeds, q) if x > 0]
     within = [(s, x) for s, x in zip(seeds, q) if x <= 0]
-    sentence = (f"On seed{'s' if len(beyond) > 1 else ''} {' and '.join(beyond)} the gain is beyond a paired "
+    sentence = (f"On seed{'s' if len(beyond) > 1 else ''} {listed(beyond)} the gain is beyond a paired "
                 f"bootstrap's 0.5% quantile ({' / '.join(signed(x, 4) for x in q if x > 0)})" if beyond else "")
     if within:
         sentence += ("; on " if sentence else "On ") + " and ".join(f"seed {s} it is not ({signed(x, 4)})" for s, x in within)
     return (
         f"The reward model is measured against its own initialisation (a head fitted on the frozen SFT "
         f"features next to the SFT likelihood of the stripped answer; `rm.steps=0` saves it) on 400 "
-        f"held-out preference pairs built on dev operand pairs (`bench/rl_seeds.py --methods \"\"`, raw "
-        f"output `bench/results/{SEEDS}`, printed {when} UTC, load {before:.1f} -> {after:.1f}): "
-        f"{col('reward model')} against {col('its initialisation')} (seeds {' / '.join(seeds)}; "
-        f"{' / '.join(p for _, p in gain)} pairs). {sentence}. The SFT likelihood alone, read as the model "
-        f"reads it (\" 68\" and \"68\" tie), scores {col('SFT likelihood alone')}; the head alone "
-        f"{col('head alone (frozen SFT features)')}.\n")
+        f"held-out preference pairs built on dev operand pairs (`bench/rl_seeds.py`, the same runs: the rm "
+        f"stage of each seed's store): {col('reward model')} against {col('its initialisation')} "
+        f"({seeds_named(seeds)}; {' / '.join(p for _, p in gain)} pairs). {sentence}. The SFT likelihood "
+        f"alone, read as the model reads it (\" 68\" and \"68\" tie), scores {col('SFT likelihood alone')}; "
+        f"the head alone {col('head alone (frozen SFT features)')}.\n")
 
 
 def render_rm_table(root: Path) -> str:
-    raw = Raw(root, SEEDS)
-    when, before, after = raw.printed("rl_seeds.py")
-    rows = raw.table("seed", "reward model")
+    rows = rm_rows(root)
     body = "\n".join(
         f"| {r['seed']} | {r['reward model']} | {r['its initialisation']} | {r['gain (pairs)']} | "
         f"{r['bootstrap 0.5% of gain']} | {r['SFT likelihood alone']} | {r['head alone (frozen SFT features)']} | "
         f"{r['RM on sum / style pairs']} |" for r in rows)
     return (
-        f"`bench/rl_seeds.py --methods \"\"` (raw output `bench/results/{SEEDS}`, printed {when} UTC, AMD "
-        f"EPYC host, 2 cores, load {before:.1f} -> {after:.1f} from other jobs on the host):\n\n"
+        f"`bench/rl_seeds.py`, the rm stage of each seed's store ({seed_sources(root)}):\n\n"
         "| seed | reward model | its initialisation | gain (pairs) | bootstrap 0.5% quantile of the gain | "
         "SFT likelihood alone | head alone (frozen SFT features) | RM on sum / style pairs |\n"
         "|---:|---:|---:|---:|---:|---:|---:|---|\n" + body + "\n")
@@ -353,8 +371,9 @@ def render_margins(root: Path) -> str:
     over = [f"{METHOD_NAMES[k]}'s {metric} ({signed(m[k][i], 2)} against {signed(low, 3)})"
             for k in m for i, metric in enumerate(("greedy", "pass@1"))
             if m[k][i] >= (low := min(cell[metric][2] for cell in g[k].values()))]
-    tail = ("each under the smallest of the three seeds' gains above" if not over else
-            "not all under the smallest of the three seeds' gains above: " + ", ".join(over))
+    n = len(seed_table(root))
+    least = f"the smallest of the {WORDS[n]} seeds' gains above" if n > 1 else "the seed's gain above"
+    tail = f"each under {least}" if not over else f"not all under {least}: " + ", ".join(over)
     return ("tests/stages/test_rl.py asserts on seed 1234 (the CI pipeline's) greedy / pass@1 gains over "
             "the SFT model of more than " + ", ".join(
                 f"{signed(m[k][0], 2)} / {signed(m[k][1], 2)} for {METHOD_NAMES[k]}" for k in
@@ -405,7 +424,18 @@ def summary(raw: Raw) -> str:
             pass
         return text
     if script == "rl_seeds":
-        return "the per-seed tables of recipes/tiny/README.md"
+        sft = raw.table("seed", "SFT greedy")
+        text = f"{seeds_named([r['seed'] for r in sft])}: SFT greedy {' / '.join(r['SFT greedy'] for r in sft)}"
+        methods: dict = {}
+        for r in raw.table("seed", "method", "greedy SFT -> RL"):
+            methods.setdefault(r["method"], []).append(r["greedy SFT -> RL"].split("(")[1].rstrip(")"))
+        if methods:
+            text += "; greedy gains " + ", ".join(f"{m} {' / '.join(v)}" for m, v in methods.items())
+        rm = raw.table("seed", "reward model")
+        if rm:
+            text += (f"; reward model {' / '.join(r['reward model'] for r in rm)} (its initialisation "
+                     f"{' / '.join(r['its initialisation'] for r in rm)})")
+        return text + ("; published (recipes/tiny/README.md)" if raw.name in SEED_RUNS else "")
     if script == "bench_sweep":
         rows = raw.table("submit", "sbatch calls", "wall s")
         ratio = line(r"the sweep is ([\d.]+x) faster")
