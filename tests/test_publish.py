@@ -97,3 +97,34 @@ def test_a_block_without_its_markers_fails_the_check(tmp_path):
         doc.write_text(re.sub(r"<!-- /?publish:rm-table -->\n?", "", text))
     r = check(root)
     assert r.returncode == 1 and "block rm-table is in no doc" in r.stderr, r.stderr
+
+
+#: What shapes the headline's numbers: the stages, the tiny recipe's configs, the job's runtime and
+#: the script itself.
+HEADLINE_CODE = ("stages", "recipes/tiny/*.yaml", "runtime", "bench/tiny.py")
+
+
+def git(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+
+def last_code_change() -> str:
+    """The newest commit that changed a line other than a comment in HEADLINE_CODE."""
+    last = git("log", "-1", "--format=%H", r"-G^\s*[^#[:space:]]", "--", *HEADLINE_CODE).stdout.strip()
+    assert last, "no git history here: this check reads the clone's"
+    return last
+
+
+def ran_after(commit: str, change: str) -> bool:
+    return git("merge-base", "--is-ancestor", change, commit).returncode == 0
+
+
+def test_the_headline_raw_file_ran_the_submitted_training_code():
+    """README's headline is a bench/tiny.py run of this code: the raw file's commit holds the newest
+    change to anything that shapes its numbers, so a later change to a stage fails here until
+    bench/tiny.py runs again and publish.py renders it. A run one commit before that change fails."""
+    raw, last = publish.Raw(ROOT, publish.TINY), last_code_change()
+    assert ran_after(raw.commit, last), (
+        f"bench/results/{publish.TINY} ran at {raw.commit}, before {last[:7]} changed {', '.join(HEADLINE_CODE)}: "
+        "run `.venv/bin/python bench/record.py tiny -- .venv/bin/python bench/tiny.py`, then bench/publish.py")
+    assert not ran_after(git("rev-parse", f"{last}~1").stdout.strip(), last)
