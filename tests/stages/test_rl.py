@@ -20,17 +20,23 @@ from helpers import run_jobs
 pytestmark = pytest.mark.slow
 
 # (greedy exact match, pass@1) gains over the SFT model a method must beat on seed 1234. Measured gains on
-# the test split (bench/rl_seeds.py, 2026-11-26 13:40-13:59 UTC, AMD EPYC host, load 0.5-3.5; raw output
-# bench/results/rl_seeds-methods-2026-11-26.md), seeds 1234 / 7 / 42 (SFT greedy 0.556 / 0.566 / 0.634):
-#   grpo         greedy +0.208 / +0.340 / +0.366, pass@1 +0.167 / +0.251 / +0.281 (std 0.085 / 0.059)
-#   dpo          greedy +0.242 / +0.364 / +0.364, pass@1 +0.157 / +0.238 / +0.273 (std 0.070 / 0.059)
-#   dpo_offline  greedy +0.192 / +0.336 / +0.356, pass@1 +0.130 / +0.189 / +0.233 (std 0.089 / 0.051)
-#   grpo_rm      greedy +0.134 / +0.276 / +0.338, pass@1 +0.098 / +0.177 / +0.253 (std 0.105 / 0.078)
-#                (after the reward model scores each distinct answer once, another draw: 15:12-15:32 UTC,
-#                bench/results/rl_seeds-grpo_rm-2026-11-26.md)
-# Seed 1234, this suite's, gives every method its smallest gain. Each margin is about three quarters of
-# that smallest gain, so that another host's seed 1234 (training is bit-deterministic on one host but
-# not across CPUs: another draw) has room, and at least four times the noise of one evaluation of a
+# the test split by bench/rl_seeds.py, seeds 1234 / 7 / 42, at two hosts' kernels:
+#  AMD EPYC, AVX512, 2026-11-26 (bench/results/rl_seeds-methods-2026-11-26.md; SFT greedy 0.556 / 0.566 / 0.634):
+#   grpo         greedy +0.208 / +0.340 / +0.366, pass@1 +0.167 / +0.251 / +0.281
+#   dpo          greedy +0.242 / +0.364 / +0.364, pass@1 +0.157 / +0.238 / +0.273
+#   dpo_offline  greedy +0.192 / +0.336 / +0.356, pass@1 +0.130 / +0.189 / +0.233
+#   grpo_rm      greedy +0.134 / +0.276 / +0.338, pass@1 +0.098 / +0.177 / +0.253
+#                (bench/results/rl_seeds-grpo_rm-2026-11-26.md)
+#  Intel Xeon, AVX512, 2026-11-28 at a565a1c, RL on Ray actors (bench/results/rl_seeds-avx512-seed*-2026-11-28.md;
+#  SFT greedy 0.640 / 0.590 / 0.660):
+#   grpo         greedy +0.266 / +0.400 / +0.312, pass@1 +0.216 / +0.304 / +0.256
+#   dpo          greedy +0.286 / +0.406 / +0.310, pass@1 +0.205 / +0.303 / +0.260
+#   dpo_offline  greedy +0.254 / +0.400 / +0.300, pass@1 +0.154 / +0.261 / +0.226
+#   grpo_rm      greedy +0.212 / +0.398 / +0.288, pass@1 +0.169 / +0.299 / +0.221
+# Seed 1234, this suite's, gives every method its smallest gain on both hosts. Each margin was set at
+# about three quarters of the AMD host's smallest gain (41-65% of the Intel host's), so that another
+# host's seed 1234 (training is bit-deterministic on one host but not across CPUs: another draw) has
+# room, and at least four times the noise of one evaluation of a
 # fixed model (greedy on 500 prompts: binomial standard error at most 0.022; pass@1 from 8 samples: the
 # standard error over prompts of the share of right samples, 0.016-0.018 for the RL models of seed 1234).
 # Most methods below run their actors in the stage's process (rl.cluster.actors=local): the same
