@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from jobs.cost import waits
+
 
 #: An attempt's phases as runtime/entry.py times them, in the order they run.
 PHASES = ("verify", "ray_start", "stage", "ray_stop", "gate", "register")
@@ -153,6 +155,7 @@ def print_run(store, idx, run_id: str) -> None:
         print(f"output    {name:<10} {art}" + _own_name(idx, art))
     if v.attempts:
         print(f"attempts  {len(v.attempts)}" + (f"   one W&B run {v.trackers['wandb_run_id']}" if v.trackers.get("wandb_run_id") else ""))
+    waited = {w["attempt"]: w for w in waits(v)}
     for a in v.attempts:
         took = f"{a['end'] - a['start']:.1f} s" if a.get("end") and a.get("start") else ("running" if "exit" not in a else "-")
         why = a.get("reason") or (a.get("error") if a.get("exit") == "error" else None)
@@ -160,6 +163,9 @@ def print_run(store, idx, run_id: str) -> None:
         print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}{kernels}  {_when(a.get('start'))}  {took}  "
               f"exit {a.get('exit', '-')}" + (f"  class {a['failure_class']}" if a.get("failure_class") else "")
               + (f"  ({why})" if why else ""))
+        w = waited.get(a.get("attempt")) or {}   # jobs/cost.py: before the stage entry, derived from the records
+        if w.get("queued") is not None or w.get("boot") is not None:
+            print("waited    " + "  ".join(f"{k} {w[k]:.1f} s" for k in ("queued", "boot") if w.get(k) is not None))
         ph = a.get("phases") or {}   # runtime/entry.py: where the attempt's time went, in the order it went
         if ph:
             print("phases    " + "  ".join(f"{k} {ph[k]:.1f} s" for k in PHASES if isinstance(ph.get(k), (int, float))))

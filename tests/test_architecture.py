@@ -334,7 +334,7 @@ JOBS_FLOORS = {
     "below": {"jobs", "jobs.errors", "jobs.recipes", "jobs.profiles", "jobs.containers", "jobs.provenance",
               "jobs.bundle", "jobs.chains", "jobs.plan", "jobs.grid", "jobs.record", "jobs.submit", "jobs.preview", "jobs.drift",
               "jobs.executors", "jobs.executors.base", "jobs.executors.local", "jobs.executors.slurm",
-              "jobs.reconcile", "jobs.cancel", "jobs.triage", "jobs.logfiles"},
+              "jobs.reconcile", "jobs.cancel", "jobs.triage", "jobs.logfiles", "jobs.cost"},
     "above": {"jobs.cli", "jobs.shell", "jobs.completion", "jobs.status", "jobs.progress", "jobs.logs", "jobs.show",
               "jobs.report", "jobs.compare", "jobs.metrics", "jobs.filters", "jobs.maintenance", "jobs.export",
               "jobs.add", "jobs.sweep", "jobs.reproduce"},
