@@ -73,10 +73,10 @@ def reconcile(store: Store, view: RunView, live: Live | None) -> RunView:
         else:
             reason = "cancelled in Slurm" + (f" ({live.reason})" if live.reason else "")
         store.add_event(view.id, "status", state=RunState.CANCELLED, reason=reason)
-    elif live.state in FAILED_STATES:
-        store.add_event(view.id, "status", state=RunState.FAILED, reason=f"Slurm ended the job: {live.state} exit {live.exit_code}")
-    elif live.state == "COMPLETED":
-        store.add_event(view.id, "status", state=RunState.FAILED, reason="the job ended without recording its outputs")
+    elif live.state in FAILED_STATES or live.state == "COMPLETED":   # classified: jobs/triage.py
+        from jobs.triage import record_slurm_failure
+
+        record_slurm_failure(store, view, live.state, live.exit_code, slurm_job(view))
     else:
         return view
     return store.run(view.id)

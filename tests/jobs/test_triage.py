@@ -82,3 +82,22 @@ def test_a_process_killed_by_sigkill_is_out_of_memory_and_one_that_raised_is_not
     assert local_death(raised.returncode, log)[0] == "environment"
     assert local_death(None, ()) == ("code_error", "code_error: the job process died before recording an end "
                                                    "(nothing it left says why)")
+
+
+def test_an_end_only_slurm_saw_is_recorded_with_its_class_on_the_run_and_its_open_attempt(tmp_path):
+    """`jobs status` reconciles a job Slurm ended past the entry (here its time limit): the run's FAILED
+    reason and its open attempt carry the class, so `list --failed time_limit` finds it. The job ID is one
+    the dev cluster's sacct has no record of, so squeue's state alone decides, as when sacct lags."""
+    from jobs.reconcile import Live, reconcile
+
+    store = Store.open(tmp_path / "store", create=True)
+    run = store.create_run({"recipe": "testchain", "stage": "count", "module": "teststages.counter",
+                            "executor": "slurm", "config": {}, "inputs": {}, "input_kinds": {},
+                            "outputs": {"result": "count-result"}, "resources": {}, "code": {}, "environment": {}})
+    store.add_event(run, "job", executor="slurm", job_id="987654321")
+    store.add_event(run, "attempt", attempt=1, job_id="987654321", start=1.0)
+    view = reconcile(store, store.run(run), Live("TIMEOUT", exit_code="0:15"))
+    assert view.state == "FAILED" and view.reason == "time_limit: Slurm ended the job: TIMEOUT exit 0:15", view.reason
+    assert [(a.get("exit"), a.get("failure_class")) for a in view.attempts] == [("interrupted", "time_limit")]
+    listed = run_jobs(tmp_path / "store", "list", "--failed", "time_limit", env=ENV).out.splitlines()
+    assert [line.split()[0] for line in listed[1:]] == [run], listed
