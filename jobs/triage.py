@@ -136,14 +136,4 @@ def attempts_note(view: RunView) -> str:
 def failed_runs(idx, cls: str, recipe: str | None = None, stage: str | None = None,
                 limit: int | None = None) -> list:
     """FAILED runs whose failure (the status event that set the state) is of class `cls`, newest first."""
-    sql = ("SELECT r.* FROM runs r JOIN events e ON e.id = r.state_event WHERE r.state = ?"
-           " AND json_extract(e.body, '$.failure_class') = ?")
-    args: list = [RunState.FAILED.value, cls]
-    if recipe:
-        sql, args = sql + " AND r.recipe = ?", args + [recipe]
-    if stage:
-        sql, args = sql + " AND r.stage = ?", args + [stage]
-    sql += " ORDER BY r.id DESC"
-    if limit:
-        sql += f" LIMIT {int(limit)}"
-    return idx.db.execute(sql, args).fetchall()
+    return idx.runs(recipe, stage, limit, failure_class=cls)

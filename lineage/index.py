@@ -26,6 +26,7 @@ from typing import Iterator
 from lineage import refs
 from lineage.errors import Ambiguous, Damaged, LineageError, NotFound, show_path
 from lineage.records import read_kind, strict_json
+from lineage.states import RunState
 
 RUN_PREFIX = re.compile(r"^[0-9a-f-]{1,36}$")
 
@@ -322,13 +323,20 @@ class Index:
         self.db.execute("INSERT INTO refs VALUES (?, ?, ?, ?, ?)", (name, version, r["artifact"], r.get("run"), r["time"]))
 
     # ---- queries -------------------------------------------------------------------------
-    def runs(self, recipe: str | None = None, stage: str | None = None, limit: int | None = None) -> list[sqlite3.Row]:
-        sql, args = "SELECT * FROM runs WHERE 1=1", []
+    def runs(self, recipe: str | None = None, stage: str | None = None, limit: int | None = None,
+             failure_class: str | None = None) -> list[sqlite3.Row]:
+        """Runs newest first; `failure_class`: only FAILED runs whose failure (the status event that
+        set the state) is of that class (lineage/failures.py)."""
+        sql, args = "SELECT r.* FROM runs r WHERE 1=1", []
+        if failure_class:
+            sql = ("SELECT r.* FROM runs r JOIN events e ON e.id = r.state_event WHERE r.state = ?"
+                   " AND json_extract(e.body, '$.failure_class') = ?")
+            args = [RunState.FAILED.value, failure_class]
         if recipe:
-            sql, args = sql + " AND recipe=?", args + [recipe]
+            sql, args = sql + " AND r.recipe=?", args + [recipe]
         if stage:
-            sql, args = sql + " AND stage=?", args + [stage]
-        sql += " ORDER BY id DESC"
+            sql, args = sql + " AND r.stage=?", args + [stage]
+        sql += " ORDER BY r.id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
         return self.db.execute(sql, args).fetchall()
