@@ -31,6 +31,11 @@ from runtime.image import NODE_ADDRS_ENV, check_image, ran_in
 from stages import gate
 from stages.contract import Distributed, Requeue, Resources, StageContext
 
+#: Variables that name a process of the submitting host and mean nothing in the job. sbatch exports the
+#: submit environment, so a `jobs submit` from a process where W&B ran (a notebook, a script) hands the
+#: job that process's W&B service socket; the job's W&B, and NeMo RL's driver that inherits it, would
+#: connect to it and fail (wandb's "Failed to connect to service on socket").
+SUBMITTER_ONLY = ("WANDB_SERVICE",)
 
 
 def verify_inputs(store: Store, inputs: dict[str, str]) -> None:
@@ -194,6 +199,8 @@ def _ray(ctx: StageContext, phases: dict[str, float]) -> Iterator[None]:
 
 def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str, str] | None:
     """Run one recorded stage to the end; returns its outputs as {name: artifact ID} on rank 0."""
+    for name in SUBMITTER_ONLY:
+        os.environ.pop(name, None)
     store = Store(Path(store_root))
     spec = store.run_spec(run_id)
     dist, resources = distributed(), allocation()

@@ -206,10 +206,12 @@ def test_dpo_resumes_to_bit_identical_weights_and_refuses_another_runs_checkpoin
     assert not (tmp_path / "other" / "outputs").exists()
 
 
-def test_one_run_one_story_two_attempts_one_wandb_run_one_tensorboard(tmp_path):
+def test_one_run_one_story_two_attempts_one_wandb_run_one_tensorboard(tmp_path, monkeypatch):
     """A recorded pretrain run executed as a job would be (runtime.entry.execute), stopped before step 6
     and executed again: two attempts in the record and in `jobs show`, each with its own log folder,
-    both writing offline W&B files of the same W&B run ID and event files in one TensorBoard folder."""
+    both writing offline W&B files of the same W&B run ID and event files in one TensorBoard folder.
+    The job inherits the W&B service of the process that submitted it (sbatch exports the submit
+    environment), whose socket is not there: the job's W&B starts its own."""
     from helpers import run_jobs
     from runtime.entry import execute
     from jobs.plan import make_plan
@@ -231,6 +233,7 @@ def test_one_run_one_story_two_attempts_one_wandb_run_one_tensorboard(tmp_path):
         except CodeChanged:
             assert tries < 4
     asked = {"n": 0}
+    monkeypatch.setenv("WANDB_SERVICE", f"3-1-unix-{tmp_path / 'gone' / 'socket'}")   # wandb's own format
 
     def stop_before_step_6() -> bool:
         asked["n"] += 1

@@ -18,6 +18,7 @@ with cluster(Path(sys.argv[1])) as (address, worker):
     for pair in sys.argv[2:]:
         config, script = pair.rsplit(":", 1)
         print(f"=== {script}", flush=True)
-        code = subprocess.run([sys.executable, script, "--config", config], cwd=checkout, env=env).returncode
+        code = subprocess.run([sys.executable, script, "--config", config], cwd=checkout, env=env,
+                              stderr=subprocess.STDOUT).returncode   # its traceback inside its own section
         print(f"=== {script} exit {code}", flush=True)
 sys.exit(0 if worker.wait(60) == 0 else 3)

@@ -86,7 +86,7 @@ def test_nano3_grpo_dpo_and_rm_run_nemo_rls_drivers_in_the_twin_up_to_the_gpu_re
                  "Initialized TensorboardLogger",
                  f"Not enough GPUs available. Requested {gpus} GPUs, but only 0 are available in the cluster."]
         at = [out[0].find(m) for m in marks]
-        assert -1 not in at and at == sorted(at), (name, dict(zip(marks, at)))
+        assert -1 not in at and at == sorted(at), (name, dict(zip(marks, at)), out[0][-4000:])
     # Every traceback ends at the boundary, in NeMo RL's placement groups: nothing failed before it.
     tracebacks = re.findall(r"Traceback \(most recent call last\):\n(.*?)\n(\S[^\n]*)", r.stdout + r.stderr, re.S)
     assert len(tracebacks) >= 3

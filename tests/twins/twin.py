@@ -38,7 +38,9 @@ def image_env() -> dict[str, str]:
 def run(args: list[str], timeout: float = 300, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
     """`python ARGS` in the twin with the image's environment and only our code's root on the path (as the
     runtime bundle is in a job)."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    from runtime.entry import SUBMITTER_ONLY    # a job drops them too: the test's own W&B service is not the image's
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV")) and k not in SUBMITTER_ONLY}
     full.update(image_env())
     full.update({"PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache")})
     full.update(env or {})
