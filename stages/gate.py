@@ -187,3 +187,12 @@ def trained_model(ctx, produced: dict[str, Path], output: str, section: str, ste
     finite, and the output model loading."""
     key = f"{section}/loss"
     return [steps_trained(ctx, key, steps), losses_finite(ctx, key), model_loads(produced[output], output)]
+
+
+def language_model(ctx, produced: dict[str, Path], section: str) -> list[Check]:
+    """pretrain's and sft's gate, either backend: the shared loop's checks (trained_model) for `torch`;
+    Megatron's run is judged by its exported model alone."""
+    cfg = ctx.config[section]
+    if cfg.get("backend", "torch") == "megatron":
+        return [model_loads(produced["model"], "model", whole=False)]
+    return trained_model(ctx, produced, "model", section, cfg["steps"])

@@ -65,13 +65,10 @@ def preview(config: dict, resources: dict) -> str | None:
 
 def gate(ctx, produced: dict[str, Path]) -> list:
     """What a finished pretrain must show (stages/gate.py): every step the config asked for, a finite
-    loss, a model that loads. Megatron's run is judged by its exported model alone."""
+    loss, a model that loads."""
     from stages import gate as g
 
-    cfg = ctx.config["pretrain"]
-    if cfg.get("backend", "torch") == "megatron":
-        return [g.model_loads(produced["model"], "model", whole=False)]
-    return g.trained_model(ctx, produced, "model", "pretrain", cfg["steps"])
+    return g.language_model(ctx, produced, "pretrain")
 
 
 def run(ctx) -> dict[str, Path]:

@@ -74,13 +74,10 @@ def preview(config: dict, resources: dict) -> str | None:
 
 def gate(ctx, produced: dict[str, Path]) -> list:
     """What a finished sft must show (stages/gate.py): every step the config asked for, a finite
-    loss, a model that loads. Megatron's run is judged by its exported model alone."""
+    loss, a model that loads."""
     from stages import gate as g
 
-    cfg = ctx.config["sft"]
-    if cfg.get("backend", "torch") == "megatron":
-        return [g.model_loads(produced["model"], "model", whole=False)]
-    return g.trained_model(ctx, produced, "model", "sft", cfg["steps"])
+    return g.language_model(ctx, produced, "sft")
 
 
 def run(ctx) -> dict[str, Path]:
