@@ -20,10 +20,8 @@ from lineage.store import RunView
 def close_attempts(store: Store, view: RunView, reason: str = "cancelled by user") -> None:
     """A cancelled attempt gets its end now: the killed process never writes one, and `jobs show`
     would list it as running."""
-    for a in view.attempts:
-        if a.get("start") and not a.get("end") and "exit" not in a:
-            store.add_event(view.id, "attempt", attempt=a["attempt"], end=time.time(), exit="cancelled",
-                            reason=reason)
+    for a in view.open_attempts():
+        store.add_event(view.id, "attempt", attempt=a["attempt"], end=time.time(), exit="cancelled", reason=reason)
 
 
 def cancel(store: Store, view: RunView, reason: str = "cancelled by user") -> str:

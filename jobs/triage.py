@@ -121,10 +121,9 @@ def record_local_death(store: Store, view: RunView, job) -> None:
 
 def close_open_attempts(store: Store, view: RunView, cls: str, reason: str) -> None:
     """Each attempt that started and recorded no end ends now, with the class of the failure."""
-    for a in view.attempts:
-        if a.get("start") and not a.get("end") and "exit" not in a:
-            store.add_event(view.id, "attempt", attempt=a["attempt"], exit="interrupted", noticed=time.time(),
-                            reason=reason, failure_class=cls)
+    for a in view.open_attempts():
+        store.add_event(view.id, "attempt", attempt=a["attempt"], exit="interrupted", noticed=time.time(),
+                        reason=reason, failure_class=cls)
 
 
 def attempts_note(view: RunView) -> str:

@@ -93,6 +93,10 @@ class RunView:
     pinned: bool = False
     updated: float = 0.0
 
+    def open_attempts(self) -> list[dict]:
+        """The attempts that started and recorded no end yet (one still running, or one that died silently)."""
+        return [a for a in self.attempts if a.get("start") and not a.get("end") and "exit" not in a]
+
 
 def fold(run_id: str, spec: RunSpec, events: list[dict]) -> RunView:
     view = RunView(id=run_id, spec=spec, inputs=dict(spec.inputs), updated=spec.created or 0.0)
