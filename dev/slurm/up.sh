@@ -92,9 +92,17 @@ put_file() {
 }
 
 slurm_conf_changed=0 dbd_conf_changed=0
+
+# memory_cgroup: cgroup v1's memory controller is mounted and this host may make groups in it (root in a
+# container may not): then Slurm can hold jobs to their memory.
+memory_cgroup() {
+  local probe=/sys/fs/cgroup/memory/jobs-devcluster-probe.$$
+  [ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ] && mkdir "$probe" 2>/dev/null && rmdir "$probe"
+}
 write_config() {
-  local cpus mem_mb n
+  local cpus mem_mb n task_plugin=task/none
   cpus=$(nproc)
+  if memory_cgroup; then task_plugin=task/cgroup; fi
   # Two nodes share this host: each claims ~40% of its memory, so both together leave room for the OS.
   mem_mb=$(awk '/^MemTotal:/ {printf "%d", $2 / 1024 * 0.4}' /proc/meminfo)
   put_file "$dir/etc/slurm.conf" 0644 <<CONF && slurm_conf_changed=1
@@ -118,12 +126,14 @@ SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd-%n.log
 # The nodes' CPUs/memory come from this file, not from what each slurmd detects on the shared host.
 SlurmdParameters=config_overrides
-# No cgroups without systemd: track processes by parent pid, bind nothing.
+# No systemd: processes are tracked by parent pid. Where the host offers cgroup v1's memory controller,
+# task/cgroup holds each job to its memory (cgroup.conf): a job over it is killed and ends OUT_OF_MEMORY.
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$task_plugin
 MpiDefault=none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
+# CR_Core: a core is one CPU here (Threads=1); it lets a partition count memory too (memcap below).
+SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 # Schedule within a second or two of a submit, an end or a requeue (defaults: 30-60 s).
 SchedulerParameters=bf_interval=1,sched_interval=2,sched_min_interval=100000
@@ -141,9 +151,20 @@ InactiveLimit=0
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$dbd_port
-JobAcctGatherType=jobacct_gather/none
+# Each step's processes sampled from /proc (MaxRSS, CPU time in sacct), every 5 s and at the step's end.
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=5
 NodeName=node[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=$slurmd_ports CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=node[1-2] Default=YES MaxTime=02:00:00 State=UP
+# The same nodes, where a job's --mem is allocated and, with task/cgroup, its limit.
+PartitionName=memcap Nodes=node[1-2] MaxTime=02:00:00 State=UP SelectTypeParameters=CR_Core_Memory
+CONF
+  put_file "$dir/etc/cgroup.conf" 0644 <<CONF && slurm_conf_changed=1
+# Written by dev/slurm/up.sh. Read by task/cgroup only (slurm.conf's TaskPlugin).
+CgroupPlugin=cgroup/v1
+CgroupAutomount=no
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=no
 CONF
   # slurmdbd refuses a config that others can read (it holds the database password).
   put_file "$dir/etc/slurmdbd.conf" 0600 <<CONF && dbd_conf_changed=1
@@ -171,7 +192,7 @@ CONF
   if [ -n "$cur" ] && [ "$other" != "$dir" ] && running "$other/run/slurmctld.pid" slurmctld; then
     die "another dev cluster ($other) is running: stop it with JOBS_DEVCLUSTER_DIR=$other dev/slurm/down.sh first"
   fi
-  for n in slurm.conf slurmdbd.conf; do
+  for n in slurm.conf slurmdbd.conf cgroup.conf; do
     [ "$(readlink "/etc/slurm/$n" || true)" = "$dir/etc/$n" ] || ln -sfn "$dir/etc/$n" "/etc/slurm/$n"
   done
   for n in "${nodes[@]}"; do mkdir -p "$dir/spool/$n" "$dir/tmp/$n"; done

@@ -16,7 +16,8 @@ from stages.contract import Requeue, StageError
 CAPTURED = json.loads((Path(__file__).parents[1] / "fixtures" / "sacct" / "ends.json").read_text())
 #: What each captured job did, and the class that end must get.
 DID = {"exit 3": "code_error", "batch shell SIGKILL": "out_of_memory", "srun task SIGKILL": "out_of_memory",
-       "import error": "environment", "time limit": "time_limit", "scontrol requeue": "preempted"}
+       "over its cgroup memory": "out_of_memory", "import error": "environment", "time limit": "time_limit",
+       "scontrol requeue": "preempted"}
 
 
 @pytest.mark.parametrize("end", CAPTURED, ids=[c["case"] for c in CAPTURED])

@@ -66,6 +66,13 @@ class SlurmCluster:
                 return value
         raise KeyError(name)
 
+    def holds_memory(self) -> bool:
+        """Whether jobs of the `memcap` partition are held to their --mem: up.sh chose task/cgroup, since
+        this host has cgroup v1's memory controller (dev/slurm/up.sh memory_cgroup)."""
+        config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+        return any(line.split("=", 1)[-1].strip() == "task/cgroup" for line in config.splitlines()
+                   if line.startswith("TaskPlugin "))
+
     def node_states(self) -> dict[str, str]:
         """{node: short state} for the partition's nodes, e.g. {"node1": "idle", "node2": "mix"}."""
         out = sh("sinfo", "-h", "-N", "-p", self.partition, "-o", "%N %t")

@@ -1,10 +1,11 @@
 """Each failed attempt's class on the real dev cluster, and the retry budget that decides a requeue.
 
-The dev cluster has no cgroups and no memory accounting (JobAcctGatherType=jobacct_gather/none,
-CR_CPU): Slurm never says OUT_OF_MEMORY here. What a process killed by SIGKILL leaves (the kernel's
-OOM killer's way) is captured from real jobs instead, with the other ends' sacct records; those
-captures are what tests/lineage/test_failures.py classifies in milliseconds ($JOBS_CAPTURE_SACCT
-names a file to write them to).
+Where the host has cgroup v1's memory controller, the dev cluster's `memcap` partition holds a job to
+its --mem (task/cgroup, CR_Core_Memory: dev/slurm/up.sh) and Slurm says OUT_OF_MEMORY. What a process
+killed by SIGKILL with no Slurm state to explain it leaves (the kernel's OOM killer's way outside a
+cgroup) is captured from real jobs too, with the other ends' sacct records; those captures are what
+tests/lineage/test_failures.py classifies in milliseconds ($JOBS_CAPTURE_SACCT names a file to write
+them to).
 """
 import json
 import os
@@ -29,6 +30,9 @@ ENDS = {
     "batch shell SIGKILL": (["--wrap", "kill -9 $$"], "out_of_memory"),
     "srun task SIGKILL": (["--wrap", "srun python3 -c 'import os; os.kill(os.getpid(), 9)'"], "out_of_memory"),
     "import error": (["--wrap", "python3 -c 'import no_such_library_here'"], "environment"),
+    "over its cgroup memory": (["--partition=memcap", "--mem=100M", "--wrap",
+                                "python3 -c 'x = bytearray(400 << 20); x[::4096] = bytes(len(x[::4096]))'"],
+                               "out_of_memory"),
     "time limit": (["--time=1", "--wrap", "sleep 600"], "time_limit"),
     "scontrol requeue": (["--wrap", "sleep 600"], "preempted"),
 }
@@ -41,8 +45,9 @@ def sacct_of(job: str) -> tuple[str, str]:
 
 
 def test_real_job_ends_are_classified_from_what_sacct_and_the_log_kept(tmp_path, slurm_cluster):
+    ends = {case: end for case, end in ENDS.items() if slurm_cluster.holds_memory() or "--partition=memcap" not in end[0]}
     jobs = {case: slurm_cluster.sbatch("--partition=debug", f"--output={tmp_path}/%j.log", f"--chdir={tmp_path}", *args)
-            for case, (args, _) in ENDS.items()}
+            for case, (args, _) in ends.items()}
     requeue = jobs["scontrol requeue"]
     slurm_cluster.wait_until("the requeue case to run", lambda: slurm_cluster.job_field(requeue, "JobState") == "RUNNING",
                              deadline_s=120)
@@ -62,7 +67,7 @@ def test_real_job_ends_are_classified_from_what_sacct_and_the_log_kept(tmp_path,
     if os.environ.get("JOBS_CAPTURE_SACCT"):
         Path(os.environ["JOBS_CAPTURE_SACCT"]).write_text(json.dumps(captured, indent=1) + "\n")
     got = {c["case"]: classify(facts_of(c["sacct"], c["steps"], tuple(c["log"]))) for c in captured}
-    assert got == {case: want for case, (_, want) in ENDS.items()}, captured
+    assert got == {case: want for case, (_, want) in ends.items()}, captured
 
 
 def test_a_stage_that_lacks_a_library_or_has_a_bug_fails_once_with_its_class(tmp_path, env):
@@ -145,3 +150,23 @@ def test_a_requeue_by_slurm_beyond_the_budget_fails_the_run_when_the_next_attemp
     assert [a.get("failure_class") for a in view.attempts] == ["preempted"], view.attempts
     listed = run_jobs(store, "list", "--failed", "preempted", env=penv).out.splitlines()
     assert [line.split()[0] for line in listed[1:]] == [run], listed
+
+
+def test_a_stage_over_its_memory_is_killed_by_slurm_and_fails_once_as_out_of_memory(tmp_path, env, slurm_cluster):
+    if not slurm_cluster.holds_memory():
+        pytest.skip("this host has no cgroup v1 memory controller: the dev cluster cannot hold a job to its memory")
+    store = tmp_path / "store"
+    profiles = tmp_path / "memcap.yaml"
+    profiles.write_text("dev: {partition: memcap, containers: false, mem_gb: 0.5}\n")
+    penv = {**env, "JOBS_PROFILES": str(profiles)}
+    (run,) = submit(store, penv, "testchain", "--stage", "count", "+count.hold_mb=1500", "count.steps=1")
+    view = wait(store, run, {"SUCCEEDED", "FAILED"}, deadline_s=180, env=penv)
+    assert view.state == "FAILED" and view.reason.startswith("out_of_memory: "), view.reason
+    assert [a.get("failure_class") for a in view.attempts] == ["out_of_memory"], view.attempts   # never requeued
+    job = job_of(store, run)
+    rows = dict(line.split("|", 1) for line in subprocess.run(
+        ["sacct", "-n", "-P", "-D", "-j", job, "-o", "JobID,State,ReqMem"], capture_output=True, text=True).stdout.split())
+    # The stage's step was killed at the cgroup's limit; the batch step that waited on it failed after.
+    assert rows[job] == "FAILED|512M" and rows[f"{job}.0"].startswith("OUT_OF_MEMORY|"), rows
+    shown = run_jobs(store, "show", run, env=penv).out
+    assert "class out_of_memory" in shown, shown
