@@ -23,7 +23,7 @@ def test_sinfo_shows_two_idle_nodes(slurm_cluster: SlurmCluster):
         queue = sh("squeue", "-h", "-o", "%i %j %T %N %M %l").strip() or "empty"
         raise AssertionError(f"{e}: nodes {slurm_cluster.node_states()}, queue: {queue}") from None
     assert states == {"node1": "idle", "node2": "idle"}
-    assert sh("sinfo", "-h", "-o", "%P %a").split() == ["debug*", "up"]
+    assert sh("sinfo", "-h", "-o", "%P %a").split() == ["debug*", "up", "memcap", "up"]   # memcap: the same nodes, --mem held
 
 
 def test_sbatch_runs_as_root_writes_its_output_and_sacct_reports_completed(slurm_cluster, tmp_path: Path):
