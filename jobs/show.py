@@ -8,11 +8,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from jobs.cost import waits
-
-
-#: An attempt's phases as runtime/entry.py times them, in the order they run.
-PHASES = ("verify", "ray_start", "stage", "ray_stop", "gate", "register")
+from jobs.cost import PHASES, usage, waits
 
 
 def _when(ts: float | None) -> str:
@@ -93,16 +89,19 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
     its record, names and whether it verifies)."""
     from lineage.errors import Corrupt
 
+    from jobs.reconcile import record_usage
+
     idx = store.index()
     if not (ident.startswith("art_") or ":" in ident):
         run_id = idx.resolve_run(ident)
+        record_usage(store, [store.run(run_id)])   # a Slurm attempt's accounting, once it has ended
         if not as_json:
             return print_run(store, idx, run_id)
         from jobs.metrics import facts
         v = store.run(run_id)
         doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
                "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "gate": v.gate, "trackers": v.trackers,
-               **facts(v)}   # metrics, duration_s, ended
+               "waited": waits(v), "usage": usage(v), **facts(v)}   # metrics, duration_s, ended
         print_json(doc)
         return None
     art = store.resolve_artifact(ident)
@@ -156,6 +155,7 @@ def print_run(store, idx, run_id: str) -> None:
     if v.attempts:
         print(f"attempts  {len(v.attempts)}" + (f"   one W&B run {v.trackers['wandb_run_id']}" if v.trackers.get("wandb_run_id") else ""))
     waited = {w["attempt"]: w for w in waits(v)}
+    used = {u["attempt"]: u for u in usage(v)}
     for a in v.attempts:
         took = f"{a['end'] - a['start']:.1f} s" if a.get("end") and a.get("start") else ("running" if "exit" not in a else "-")
         why = a.get("reason") or (a.get("error") if a.get("exit") == "error" else None)
@@ -169,6 +169,11 @@ def print_run(store, idx, run_id: str) -> None:
         ph = a.get("phases") or {}   # runtime/entry.py: where the attempt's time went, in the order it went
         if ph:
             print("phases    " + "  ".join(f"{k} {ph[k]:.1f} s" for k in PHASES if isinstance(ph.get(k), (int, float))))
+        u = used.get(a.get("attempt")) or {}   # jobs/cost.py: sacct's accounting, or a local run's own times
+        if u.get("source"):
+            how = "sacct" if u["source"] == "sacct" else "local: its own times, the run's resources"
+            print(f"used      elapsed {_secs(u['elapsed_s'])} s  cpus {_val(u['cpus'])}  gpus {_val(u['gpus'])}  "
+                  f"cpu-h {_hours(u['cpu_hours'])}  gpu-h {_hours(u['gpu_hours'])}  max RSS {_rss(u['max_rss_bytes'])}  ({how})")
     for c in v.gate:   # the results gate (stages/gate.py): what the outputs showed, one check a line
         print(f"gate      {'pass' if c.get('ok') else 'FAIL'}  {c.get('name', '?'):<8} {c.get('detail', '')}")
     for name, where in sorted(v.trackers.items()):
@@ -183,6 +188,23 @@ def print_run(store, idx, run_id: str) -> None:
         print(f"drift     {what}: recorded {d.get('recorded')}, ran {ran}"
               + (f" ({'; '.join(d['changes'][:5])})" if d.get("changes") else ""))
     print("config    " + json.dumps(s.config, sort_keys=True))
+
+
+def _val(x) -> str:
+    """A measured value, or `-` for one not measured (never 0)."""
+    return "-" if x is None else str(x)
+
+
+def _secs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _hours(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _rss(x: int | None) -> str:
+    return "-" if x is None else size(x)
 
 
 def _own_name(idx, art: str) -> str:

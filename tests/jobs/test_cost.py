@@ -1,11 +1,12 @@
 """jobs/cost.py: an attempt's queue wait and boot, derived from the store's own records."""
+import json
 import time
 from pathlib import Path
 
 from helpers import run_jobs
 from lineage.store import Store
 
-from jobs.cost import waits
+from jobs.cost import instance_of, parse_usage, usage, waits
 
 
 def _run(root: Path, executor: str) -> tuple[Store, str]:
@@ -60,3 +61,95 @@ def test_jobs_show_prints_the_waits(tmp_path):
     r = run_jobs(tmp_path, "show", run)
     assert r.code == 0, r.err
     assert f"waited    queued {w['queued']:.1f} s  boot {w['boot']:.1f} s" in r.out
+
+
+# ---- what an attempt used ------------------------------------------------------------------------
+#: `sacct -n -P -D -j 45,1808 -o USAGE_FIELDS` from the dev cluster (jobacct_gather/none: MaxRSS empty):
+#: job 45 requeued twice (each instance followed by its steps), 1808 on two nodes.
+SACCT = """\
+45|45|REQUEUED|2026-11-28T01:50:05|2026-11-28T01:50:05|2026-11-28T01:50:21|16|billing=1,cpu=1,node=1|
+45.batch|45.batch|CANCELLED|2026-11-28T01:50:05|2026-11-28T01:50:05|2026-11-28T01:50:22|17|cpu=1,mem=0,node=1|
+45.0|45.0|CANCELLED|2026-11-28T01:50:05|2026-11-28T01:50:05|2026-11-28T01:50:22|17|cpu=1,mem=0,node=1|
+45|45|REQUEUED|2026-11-28T01:50:22|2026-11-28T01:50:33|2026-11-28T01:50:51|18|billing=1,cpu=1,node=1|
+45.batch|45.batch|CANCELLED|2026-11-28T01:50:33|2026-11-28T01:50:33|2026-11-28T01:50:51|18|cpu=1,mem=0,node=1|
+45.0|45.0|CANCELLED|2026-11-28T01:50:34|2026-11-28T01:50:34|2026-11-28T01:50:51|17|cpu=1,mem=0,node=1|
+45|45|FAILED|2026-11-28T01:50:51|2026-11-28T01:51:06|2026-11-28T01:51:22|16|billing=1,cpu=1,node=1|
+45.batch|45.batch|FAILED|2026-11-28T01:51:06|2026-11-28T01:51:06|2026-11-28T01:51:22|16|cpu=1,mem=0,node=1|
+45.0|45.0|FAILED|2026-11-28T01:51:06|2026-11-28T01:51:06|2026-11-28T01:51:22|16|cpu=1,mem=0,node=1|
+1808|1808|COMPLETED|2026-11-28T07:25:14|2026-11-28T07:25:14|2026-11-28T07:25:22|8|billing=2,cpu=2,node=2|
+1808.batch|1808.batch|COMPLETED|2026-11-28T07:25:14|2026-11-28T07:25:14|2026-11-28T07:25:22|8|cpu=1,mem=0,node=1|
+1808.0|1808.0|COMPLETED|2026-11-28T07:25:14|2026-11-28T07:25:14|2026-11-28T07:25:22|8|cpu=2,mem=0,node=2|
+"""
+
+
+def _epoch(text: str) -> float:
+    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+
+
+def test_sacct_usage_per_instance_with_what_the_accounting_lacks_as_not_measured():
+    found = parse_usage(SACCT)
+    first, second, third = found["45"]
+    assert [i["state"] for i in found["45"]] == ["REQUEUED", "REQUEUED", "FAILED"]
+    assert second["submit"] == _epoch("2026-11-28T01:50:22") and second["start"] == _epoch("2026-11-28T01:50:33")
+    assert second["elapsed_s"] == 18 and second["cpus"] == 1 and second["cpu_hours"] == 18 / 3600
+    (two,) = found["1808"]
+    assert two["cpus"] == 2 and two["cpu_hours"] == 8 * 2 / 3600
+    assert two["gpus"] == 0 and two["gpu_hours"] == 0   # AllocTRES holds no GPU: none allocated
+    assert all(i["max_rss_bytes"] is None for i in (first, second, third, two))   # jobacct_gather/none
+    assert two["mem_bytes"] is None   # mem=0 is only on the steps' lines: the job's allocation names none
+
+
+def test_max_rss_is_the_largest_of_the_instances_steps():
+    rows = SACCT.splitlines()
+    rows[1], rows[2], rows[4] = rows[1] + "1024K", rows[2] + "1.5M", rows[4] + "3G"   # where accounting gathers
+    first, second, _ = parse_usage("\n".join(rows))["45"]
+    assert first["max_rss_bytes"] == int(1.5 * 2**20) and second["max_rss_bytes"] == 3 * 2**30
+
+
+def test_an_instance_not_yet_ended_is_left_for_later():
+    running = "77|77|RUNNING|2026-11-28T01:50:05|2026-11-28T01:50:05|Unknown|16|billing=1,cpu=1,node=1|\n"
+    assert parse_usage(running) == {}
+
+
+def test_each_attempt_of_a_requeued_job_gets_its_own_instance():
+    instances = parse_usage(SACCT)["45"]
+    for n, inst in enumerate(instances):
+        attempt = {"attempt": n + 1, "job_id": "45", "batch_start": inst["start"] + 0.4, "start": inst["start"] + 3}
+        assert instance_of(attempt, instances) is inst
+
+
+def test_recorded_sacct_usage_is_shown_and_its_queue_wait_replaces_the_estimate(tmp_path):
+    store, run = _run(tmp_path, "slurm")
+    inst = parse_usage(SACCT)["45"][1]
+    store.add_event(run, "job", executor="slurm", job_id="45")
+    store.add_event(run, "attempt", attempt=1, job_id="45", batch_start=inst["start"] + 0.3, start=inst["start"] + 2)
+    store.add_event(run, "attempt", attempt=1, end=inst["start"] + 17, exit=0, usage=inst)
+    (w,) = waits(store.run(run))
+    assert w["queued"] == inst["start"] - inst["submit"] == 11   # sacct's Submit -> Start, not the job event's time
+    r = run_jobs(tmp_path, "show", run)
+    assert r.code == 0, r.err
+    assert "used      elapsed 18.0 s  cpus 1  gpus 0" in r.out and "max RSS -  (sacct)" in r.out
+    doc = json.loads(run_jobs(tmp_path, "show", run, "--json").out)
+    assert doc["waited"] == [w]
+    (u,) = doc["usage"]
+    assert u["source"] == "sacct" and u["elapsed_s"] == 18 and u["max_rss_bytes"] is None and u["cpu_hours"] == 18 / 3600
+
+
+def test_a_slurm_attempt_without_recorded_accounting_is_not_measured(tmp_path):
+    store, run = _run(tmp_path, "slurm")
+    store.add_event(run, "attempt", attempt=1, job_id="999999", start=time.time())
+    (u,) = usage(store.run(run))
+    assert u["source"] is None and u["elapsed_s"] is None and u["cpu_hours"] is None
+
+
+def test_a_local_attempt_uses_its_own_times_and_the_runs_resources(tmp_path):
+    store = Store.open(tmp_path, create=True)
+    run = store.create_run({"recipe": "testchain", "stage": "count", "module": "teststages.counter",
+                            "executor": "local", "config": {}, "inputs": {}, "input_kinds": {},
+                            "outputs": {}, "resources": {"nodes": 2, "cpus_per_task": 3, "gpus_per_node": 1},
+                            "code": {}, "environment": {}})
+    store.add_event(run, "attempt", attempt=1, start=1000.0)
+    store.add_event(run, "attempt", attempt=1, end=1360.0, exit=0)
+    (u,) = usage(store.run(run))
+    assert u["source"] == "local" and u["elapsed_s"] == 360 and (u["cpus"], u["gpus"]) == (6, 2)
+    assert u["cpu_hours"] == 0.6 and u["gpu_hours"] == 0.2 and u["max_rss_bytes"] is None
