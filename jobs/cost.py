@@ -10,7 +10,9 @@ and bootstrap. An attempt that never started has neither.
 What it used (`usage`): a Slurm attempt's as its job's accounting kept it (sacct's Elapsed, AllocTRES
 and the largest MaxRSS of its steps, `parse_usage`), recorded once on the attempt; a local attempt's
 from its own start and end and the run's resources (source "local"). A field the accounting lacks
-(MaxRSS under jobacct_gather/none) is None: not measured, never 0. Below the floor: reconcile and triage may use it.
+(MaxRSS under jobacct_gather/none) is None: not measured, never 0. `run_cost` and `total` sum a run's
+and a chain's attempts, failed ones included (`jobs show ART --cost`, over `ancestry`). Below the
+floor: reconcile and triage may use it.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ NOT_ENDED = ("RUNNING", "PENDING", "REQUEUED_HOLD", "RESIZING", "SUSPENDED")
 START_SLACK_S = 2.0
 #: An attempt's phases as runtime/entry.py times them, in the order they run.
 PHASES = ("verify", "ray_start", "stage", "ray_stop", "gate", "register")
+#: What a run's and a chain's cost rows hold besides their phases, summed over attempts.
+SUMMED = ("queued", "elapsed_s", "cpu_hours", "gpu_hours")
 
 
 def _num(x) -> float | None:
@@ -160,3 +164,55 @@ def usage(view) -> list[dict]:
         out.append({"attempt": a.get("attempt"), **used})
     return out
 
+
+def _sum(values) -> float | None:
+    """The sum of the measured values; None when none was measured."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def run_cost(view) -> dict:
+    """One run's row: its attempts (failed ones too), and per attempt summed: queued, each phase,
+    elapsed, CPU and GPU hours; the largest max RSS."""
+    queued = {w["attempt"]: w["queued"] for w in waits(view)}
+    used = usage(view)
+    phases = [a.get("phases") or {} for a in view.attempts]
+    return {"run": view.id, "recipe": view.spec.recipe, "stage": view.spec.stage, "state": view.state,
+            "attempts": len(view.attempts), "queued": _sum(queued.values()),
+            "phases": {p: _sum(_num(ph.get(p)) for ph in phases) for p in PHASES},
+            "elapsed_s": _sum(u["elapsed_s"] for u in used), "cpu_hours": _sum(u["cpu_hours"] for u in used),
+            "gpu_hours": _sum(u["gpu_hours"] for u in used),
+            "max_rss_bytes": max((u["max_rss_bytes"] for u in used if u["max_rss_bytes"] is not None), default=None)}
+
+
+def total(rows: list[dict]) -> dict:
+    """The sum of run rows (`run_cost`): attempts, queued, each phase, elapsed, hours; the largest RSS."""
+    return {"runs": len(rows), "attempts": sum(r["attempts"] for r in rows),
+            **{k: _sum(r[k] for r in rows) for k in SUMMED},
+            "phases": {p: _sum(r["phases"][p] for r in rows) for p in PHASES},
+            "max_rss_bytes": max((r["max_rss_bytes"] for r in rows if r["max_rss_bytes"] is not None), default=None)}
+
+
+def ancestry(store, idx, target: str) -> list[str]:
+    """The runs whose work `target` holds, oldest first: an artifact's producing run (a run itself),
+    then recursively the runs that produced their inputs (one producer per artifact, lineage/graph.py's
+    walk), and the upstream runs whose outputs a run still waits for (a chain that stopped early)."""
+    from jobs.errors import JobsError
+    from lineage.graph import walk
+
+    if target.startswith("art_") or ":" in target:
+        art = store.resolve_artifact(target)
+        arts, runs = [art], []
+        if not idx.producer(art):
+            raise JobsError(f"{target} was added (jobs add), not made by a run: it has no run's cost to sum")
+    else:
+        arts, runs = [], [idx.resolve_run(target)]
+    found: set[str] = set()
+    while True:
+        nodes, _ = walk(idx, arts, runs, one_producer=True, downstream=False)
+        found |= {n for n, kind in nodes.items() if kind == "run"}
+        waiting = {ref["run"] for r in found for role, ref in store.run_spec(r).pending_inputs.items()
+                   if role not in store.run(r).inputs and isinstance(ref, dict) and ref.get("run")} - found
+        if not waiting:
+            return sorted(found, key=lambda r: (store.run_spec(r).created or 0, r))
+        runs = sorted(found | waiting)

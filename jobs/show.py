@@ -207,6 +207,35 @@ def _rss(x: int | None) -> str:
     return "-" if x is None else size(x)
 
 
+def print_cost(store, ident: str, as_json: bool = False) -> None:
+    """`jobs show ART --cost`: what the artifact (or run) cost, over its whole ancestry (jobs/cost.py
+    ancestry): a row per run, every attempt summed, failed ones too, and the total; from the records
+    alone (a Slurm attempt's accounting recorded from sacct first, once it has ended)."""
+    from jobs.cost import ancestry, run_cost, total
+    from jobs.reconcile import record_usage
+
+    runs = ancestry(store, store.index(), ident)
+    rows = [run_cost(v) for v in record_usage(store, [store.run(r) for r in runs])]
+    if as_json:
+        return print_json({"target": ident, "runs": rows, "total": total(rows)})
+    heads = [("RUN", 13), ("STAGE", 9), ("ATT", 3), ("QUEUED", 7), *((p.upper(), max(len(p), 6)) for p in PHASES),
+             ("ELAPSED", 8), ("CPU-H", 8), ("GPU-H", 8), ("MAX RSS", 9)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, (_, w)) in enumerate(zip(cells, heads)))
+
+    def cells(r: dict) -> list[str]:
+        return [str(r["attempts"]), _secs(r["queued"]), *(_secs(r["phases"][p]) for p in PHASES),
+                _secs(r["elapsed_s"]), _hours(r["cpu_hours"]), _hours(r["gpu_hours"]), _rss(r["max_rss_bytes"])]
+
+    print(f"cost of {ident}: {len(rows)} run{'s' if len(rows) != 1 else ''}, oldest first (seconds; - not measured)")
+    print(line([h for h, _ in heads]))
+    for r in rows:
+        print(line([r["run"][:13], r["stage"][:9], *cells(r)]))
+    print(line(["total", "", *cells(total(rows))]))
+    return None
+
+
 def _own_name(idx, art: str) -> str:
     """'  (tiny/sft/model:v3)': the version the artifact was registered as, when it has one."""
     from jobs.chains import own_name

@@ -1,12 +1,15 @@
 """jobs/cost.py: an attempt's queue wait and boot, derived from the store's own records."""
 import json
+import os
 import time
 from pathlib import Path
+
+import pytest
 
 from helpers import run_jobs
 from lineage.store import Store
 
-from jobs.cost import instance_of, parse_usage, usage, waits
+from jobs.cost import PHASES, instance_of, parse_usage, usage, waits
 
 
 def _run(root: Path, executor: str) -> tuple[Store, str]:
@@ -153,3 +156,67 @@ def test_a_local_attempt_uses_its_own_times_and_the_runs_resources(tmp_path):
     (u,) = usage(store.run(run))
     assert u["source"] == "local" and u["elapsed_s"] == 360 and (u["cpus"], u["gpus"]) == (6, 2)
     assert u["cpu_hours"] == 0.6 and u["gpu_hours"] == 0.2 and u["max_rss_bytes"] is None
+
+
+# ---- jobs show ART --cost --------------------------------------------------------------------------
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+ENV = {"JOBS_RECIPES": str(FIXTURES / "recipes"),
+       "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+
+
+def _recorded(view) -> dict:
+    """What a run's records say, summed by hand: attempts, each phase, the attempts' own times."""
+    phases = {p: [a["phases"][p] for a in view.attempts if p in (a.get("phases") or {})] for p in PHASES}
+    return {"attempts": len(view.attempts),
+            "phases": {p: sum(v) if v else None for p, v in phases.items()},
+            "elapsed_s": sum(a["end"] - a["start"] for a in view.attempts) if view.attempts else None}
+
+
+def _cost(store: Path, target: str) -> dict:
+    r = run_jobs(store, "show", target, "--cost", "--json", env=ENV)
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+def test_cost_sums_the_whole_ancestry_from_the_records_failed_attempts_included(tmp_path):
+    store = tmp_path / "store"
+    assert run_jobs(store, "submit", "testchain", "--stage", "count,double", env=ENV).code == 0
+    failed = run_jobs(store, "submit", "testchain", "--stage", "count,double", "count.fail=true", env=ENV)
+    assert failed.code != 0
+    s = Store(store)
+    runs = {(r["stage"], r["state"]): r["id"] for r in s.index().runs()}
+    ok_count, ok_double = runs["count", "SUCCEEDED"], runs["double", "SUCCEEDED"]
+    bad_count, bad_double = runs["count", "FAILED"], [r for (st, state), r in runs.items() if st == "double" and state != "SUCCEEDED"][0]
+
+    art = s.run(ok_double).outputs["result"]
+    for target, chain in ((art, [ok_count, ok_double]), (bad_double, [bad_count, bad_double])):
+        doc = _cost(store, target)
+        assert [row["run"] for row in doc["runs"]] == chain   # the producing run and, upstream, its inputs' (oldest first)
+        for row in doc["runs"]:
+            want = _recorded(s.run(row["run"]))
+            assert row["attempts"] == want["attempts"] and row["phases"] == want["phases"]
+            assert row["elapsed_s"] == pytest.approx(want["elapsed_s"], abs=1e-3) if want["elapsed_s"] is not None \
+                else row["elapsed_s"] is None
+        tot = doc["total"]
+        assert tot["attempts"] == sum(row["attempts"] for row in doc["runs"])
+        for p in PHASES:
+            known = [row["phases"][p] for row in doc["runs"] if row["phases"][p] is not None]
+            assert tot["phases"][p] == (pytest.approx(sum(known)) if known else None)
+        assert tot["cpu_hours"] == pytest.approx(sum(row["cpu_hours"] or 0 for row in doc["runs"]))
+        assert tot["max_rss_bytes"] is None   # a local run measures no RSS: not measured, never 0
+    failed_row = _cost(store, bad_double)["runs"][0]
+    assert failed_row["state"] == "FAILED" and failed_row["attempts"] == 1 and failed_row["phases"]["verify"] is not None
+
+    text = run_jobs(store, "show", art, "--cost", env=ENV).out.splitlines()
+    assert text[-1].split()[:2] == ["total", "2"] and text[-1].split()[-1] == "-"
+
+
+@pytest.mark.parametrize("target, message", [
+    ("art_zzz", "bad artifact ID"), ("0123abcd", "no run 0123abcd"), ("nosuch:latest", "nosuch"),
+])
+def test_cost_of_an_unknown_id_is_one_line(tmp_path, target, message):
+    store = tmp_path / "store"
+    Store.open(store, create=True)
+    r = run_jobs(store, "show", target, "--cost", env=ENV)
+    assert r.code != 0 and r.out == "" and message in r.err
+    assert len(r.err.strip().splitlines()) == 1 and r.err.startswith("jobs: ")
