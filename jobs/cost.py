@@ -91,7 +91,7 @@ def hours(seconds: float | None, count: int | None) -> float | None:
 
 
 def parse_usage(text: str) -> dict[str, list[dict]]:
-    """`sacct -n -P -D -j JOBS -o USAGE_FIELDS` as job id -> its ended instances, oldest first, each
+    """`sacct -n -P -D -j JOBS -o USAGE_FIELDS` as job id -> its instances, oldest first, each
     {source, job_id, state, submit, start, end, elapsed_s, cpus, gpus, mem_bytes, max_rss_bytes,
     cpu_hours, gpu_hours}; an instance is found under its JobID and its JobIDRaw (an array task's
     attempt records the raw one). A step's line (JOBID.batch, JOBID.0) adds its MaxRSS to the
@@ -109,9 +109,6 @@ def parse_usage(text: str) -> dict[str, list[dict]]:
                 last["max_rss_bytes"] = max(rss, last["max_rss_bytes"] or 0)
             continue
         state = row["State"].split()[0] if row["State"].strip() else ""
-        if not state or state in NOT_ENDED:
-            last = None
-            continue
         alloc = tres(row["AllocTRES"])
         elapsed = int(row["ElapsedRaw"]) if row["ElapsedRaw"].strip().isdigit() else None
         cpus = int(alloc["cpu"]) if alloc.get("cpu", "").isdigit() else None
@@ -127,12 +124,14 @@ def parse_usage(text: str) -> dict[str, list[dict]]:
 
 def instance_of(attempt: dict, instances: list[dict]) -> dict | None:
     """The job instance an attempt ran in: the latest to start at or before the attempt's batch
-    script (a requeued job's attempts share its id)."""
+    script (a requeued job's attempts share its id); None until sacct has seen that instance end
+    (its Elapsed still grows, and an earlier instance must not stand in for it)."""
     began = _num(attempt.get("batch_start")) or _num(attempt.get("start"))
     if began is None:
         return None
     fits = [i for i in instances if i["start"] is not None and i["start"] <= began + START_SLACK_S]
-    return max(fits, key=lambda i: i["start"]) if fits else None
+    last = max(fits, key=lambda i: i["start"]) if fits else None
+    return last if last is not None and last["state"] and last["state"] not in NOT_ENDED else None
 
 
 def _allocation(resources: dict) -> tuple[int, int]:

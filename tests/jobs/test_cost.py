@@ -109,9 +109,14 @@ def test_max_rss_is_the_largest_of_the_instances_steps():
     assert first["max_rss_bytes"] == int(1.5 * 2**20) and second["max_rss_bytes"] == 3 * 2**30
 
 
-def test_an_instance_not_yet_ended_is_left_for_later():
-    running = "77|77|RUNNING|2026-11-28T01:50:05|2026-11-28T01:50:05|Unknown|16|billing=1,cpu=1,node=1|\n"
-    assert parse_usage(running) == {}
+def test_an_instance_not_yet_ended_is_left_for_later_and_no_earlier_one_stands_in():
+    requeued = SACCT.splitlines()[:3]   # job 45's first instance, requeued, and a second one still running
+    running = "45|45|RUNNING|2026-11-28T01:50:22|2026-11-28T01:50:33|Unknown|5|billing=1,cpu=1,node=1|"
+    instances = parse_usage("\n".join([*requeued, running]))["45"]
+    second = {"attempt": 2, "job_id": "45", "batch_start": instances[1]["start"] + 0.4, "end": time.time(), "exit": 0}
+    assert instance_of(second, instances) is None
+    first = {"attempt": 1, "job_id": "45", "batch_start": instances[0]["start"] + 0.4}
+    assert instance_of(first, instances) is instances[0]
 
 
 def test_each_attempt_of_a_requeued_job_gets_its_own_instance():
