@@ -96,7 +96,8 @@ def statuses(store: Store, run_ids: list[str]) -> list[tuple[RunView, Live | Non
 def record_usage(store: Store, views: list[RunView]) -> list[RunView]:
     """Each ended attempt of a Slurm run that holds no usage yet gets its job instance's accounting
     (jobs/cost.py parse_usage), from one sacct call for all of them; an instance sacct has not seen
-    end yet is left for a later call. Returns the views afterwards."""
+    end yet is left for a later call. Someone who may only read the store records nothing (their
+    `jobs show` stays a read; the attempts show `-` until a writer's call). Returns the views afterwards."""
     from jobs.cost import USAGE_FIELDS, instance_of, parse_usage
     from runtime.attempts import slurm_output
 
@@ -110,7 +111,10 @@ def record_usage(store: Store, views: list[RunView]) -> list[RunView]:
     for v, a in need:
         inst = instance_of(a, found.get(str(a["job_id"]), []))
         if inst is not None:
-            store.add_event(v.id, "attempt", attempt=a["attempt"], usage=inst)
+            try:
+                store.add_event(v.id, "attempt", attempt=a["attempt"], usage=inst)
+            except OSError:   # a store this user may read but not write
+                break
             changed.add(v.id)
     return [store.run(v.id) if v.id in changed else v for v in views]
 
