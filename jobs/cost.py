@@ -172,12 +172,14 @@ def _sum(values) -> float | None:
 
 def run_cost(view) -> dict:
     """One run's row: its attempts (failed ones too), and per attempt summed: queued, each phase,
-    elapsed, CPU and GPU hours; the largest max RSS."""
+    elapsed, CPU and GPU hours; the largest max RSS; `unmeasured`, the attempts whose elapsed is not
+    known (a Slurm one sacct has not seen end, one still running), left out of the sums."""
     queued = {w["attempt"]: w["queued"] for w in waits(view)}
     used = usage(view)
     phases = [a.get("phases") or {} for a in view.attempts]
     return {"run": view.id, "recipe": view.spec.recipe, "stage": view.spec.stage, "state": view.state,
-            "attempts": len(view.attempts), "queued": _sum(queued.values()),
+            "attempts": len(view.attempts), "unmeasured": sum(u["elapsed_s"] is None for u in used),
+            "queued": _sum(queued.values()),
             "phases": {p: _sum(_num(ph.get(p)) for ph in phases) for p in PHASES},
             "elapsed_s": _sum(u["elapsed_s"] for u in used), "cpu_hours": _sum(u["cpu_hours"] for u in used),
             "gpu_hours": _sum(u["gpu_hours"] for u in used),
@@ -187,6 +189,7 @@ def run_cost(view) -> dict:
 def total(rows: list[dict]) -> dict:
     """The sum of run rows (`run_cost`): attempts, queued, each phase, elapsed, hours; the largest RSS."""
     return {"runs": len(rows), "attempts": sum(r["attempts"] for r in rows),
+            "unmeasured": sum(r["unmeasured"] for r in rows),
             **{k: _sum(r[k] for r in rows) for k in SUMMED},
             "phases": {p: _sum(r["phases"][p] for r in rows) for p in PHASES},
             "max_rss_bytes": max((r["max_rss_bytes"] for r in rows if r["max_rss_bytes"] is not None), default=None)}

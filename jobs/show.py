@@ -232,7 +232,11 @@ def print_cost(store, ident: str, as_json: bool = False) -> None:
     print(line([h for h, _ in heads]))
     for r in rows:
         print(line([r["run"][:13], r["stage"][:9], *cells(r)]))
-    print(line(["total", "", *cells(total(rows))]))
+    tot = total(rows)
+    print(line(["total", "", *cells(tot)]))
+    if tot["unmeasured"]:
+        print(f"{tot['unmeasured']} attempt(s) not measured yet (running, or not yet ended in sacct): "
+              "left out of elapsed and hours")
     return None
 
 

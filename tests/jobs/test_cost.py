@@ -145,9 +145,18 @@ def test_recorded_sacct_usage_is_shown_and_its_queue_wait_replaces_the_estimate(
 
 def test_a_slurm_attempt_without_recorded_accounting_is_not_measured(tmp_path):
     store, run = _run(tmp_path, "slurm")
-    store.add_event(run, "attempt", attempt=1, job_id="999999", start=time.time())
-    (u,) = usage(store.run(run))
-    assert u["source"] is None and u["elapsed_s"] is None and u["cpu_hours"] is None
+    inst = parse_usage(SACCT)["1808"][0]
+    store.add_event(run, "attempt", attempt=1, job_id="1808", start=inst["start"] + 1)
+    store.add_event(run, "attempt", attempt=1, end=inst["start"] + 8, exit="interrupted", usage=inst)
+    store.add_event(run, "attempt", attempt=2, job_id="999999", start=time.time())   # running: nothing in sacct yet
+    u1, u2 = usage(store.run(run))
+    assert u2["source"] is None and u2["elapsed_s"] is None and u2["cpu_hours"] is None
+    doc = json.loads(run_jobs(tmp_path, "show", run, "--cost", "--json").out)
+    (row,) = doc["runs"]
+    assert row["attempts"] == 2 and row["unmeasured"] == 1
+    assert row["elapsed_s"] == u1["elapsed_s"] == 8 and row["cpu_hours"] == u1["cpu_hours"]   # the measured one alone
+    text = run_jobs(tmp_path, "show", run, "--cost").out
+    assert "1 attempt(s) not measured yet" in text
 
 
 def test_a_local_attempt_uses_its_own_times_and_the_runs_resources(tmp_path):
