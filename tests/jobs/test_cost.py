@@ -102,11 +102,22 @@ def test_sacct_usage_per_instance_with_what_the_accounting_lacks_as_not_measured
     assert two["mem_bytes"] is None   # mem=0 is only on the steps' lines: the job's allocation names none
 
 
-def test_max_rss_is_the_largest_of_the_instances_steps():
-    rows = SACCT.splitlines()
-    rows[1], rows[2], rows[4] = rows[1] + "1024K", rows[2] + "1.5M", rows[4] + "3G"   # where accounting gathers
-    first, second, _ = parse_usage("\n".join(rows))["45"]
-    assert first["max_rss_bytes"] == int(1.5 * 2**20) and second["max_rss_bytes"] == 3 * 2**30
+#: The same from the dev cluster on jobacct_gather/linux (every 5 s): job 1883 requeued by hand after
+#: 12 s, its steps sampled; the second instance ran 5 s, too short for a sample.
+SACCT_SAMPLED = """\
+1883|1883|REQUEUED|2026-11-28T08:18:15|2026-11-28T08:18:15|2026-11-28T08:18:27|12|billing=1,cpu=1,node=1|
+1883.batch|1883.batch|CANCELLED|2026-11-28T08:18:15|2026-11-28T08:18:15|2026-11-28T08:18:27|12|cpu=1,mem=0,node=1|12176K
+1883.0|1883.0|CANCELLED|2026-11-28T08:18:15|2026-11-28T08:18:15|2026-11-28T08:18:32|17|cpu=1,mem=0,node=1|46904K
+1883|1883|COMPLETED|2026-11-28T08:18:32|2026-11-28T08:18:43|2026-11-28T08:18:48|5|billing=1,cpu=1,node=1|
+1883.batch|1883.batch|COMPLETED|2026-11-28T08:18:43|2026-11-28T08:18:43|2026-11-28T08:18:48|5|cpu=1,mem=0,node=1|
+1883.0|1883.0|COMPLETED|2026-11-28T08:18:43|2026-11-28T08:18:43|2026-11-28T08:18:48|5|cpu=1,mem=0,node=1|
+"""
+
+
+def test_max_rss_is_the_largest_of_the_instances_steps_and_none_where_no_step_was_sampled():
+    first, second = parse_usage(SACCT_SAMPLED)["1883"]
+    assert first["max_rss_bytes"] == 46904 * 1024   # the srun step's, larger than the batch shell's
+    assert second["max_rss_bytes"] is None          # not measured, never 0
 
 
 def test_an_instance_not_yet_ended_is_left_for_later_and_no_earlier_one_stands_in():
