@@ -177,7 +177,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from jobs import show
-    show.print_record(open_store(args), args.id, args.json)
+    if args.cost:
+        show.print_cost(open_store(args), args.id, args.json)
+    else:
+        show.print_record(open_store(args), args.id, args.json)
     return 0
 
 
@@ -314,7 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "time_limit, out_of_memory, environment, config_refused, bad_input, "
                                                 "code_error, gate)"))
     command("show", cmd_show, "a run's or an artifact's record",
-            a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json)
+            a("id", help="run ID (or prefix), art_… (or prefix), or NAME:latest|vN"), as_json,
+            a("--cost", **flag, help="what it cost: queued, phases, elapsed, CPU and GPU hours, max RSS, per run "
+                                     "of its whole ancestry (every attempt) and in total"))
     command("artifacts", cmd_artifacts, "registered artifacts", a("--recipe"), a("--kind"), as_json, as_jsonl)
     command("lineage", cmd_lineage, "an artifact's ancestry and descendants",
             a("id"), a("--format", choices=["text", "mermaid", "dot", "json"], default="text"), as_json)

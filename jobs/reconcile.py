@@ -4,6 +4,9 @@ A job Slurm ended without the entry recording it (cancelled before start, killed
 limit, a dependency that can never be met) gets a status event saying why, so `jobs show` tells
 the truth without anyone reading Slurm's logs.
 
+What a Slurm run's ended attempts used (Elapsed, AllocTRES, MaxRSS, Submit and Start) is read from
+sacct here too, once, and recorded on each attempt (`record_usage`; jobs/cost.py reads it).
+
 A local run is a process on one host. Its attempt records host, PID, process group and the
 process's start time; a run whose process is gone (same host, PID dead or now another process)
 shows as LOST, computed when read.
@@ -85,11 +88,35 @@ def reconcile(store: Store, view: RunView, live: Live | None) -> RunView:
 def statuses(store: Store, run_ids: list[str]) -> list[tuple[RunView, Live | None]]:
     views = [store.run(r) for r in run_ids]
     live = query(sorted({j for v in views if v.state not in TERMINAL and (j := slurm_job(v))}))
-    out = []
-    for v in views:
-        lv = live.get(slurm_job(v) or "")
-        out.append((lost(reconcile(store, v, lv)), lv))
-    return out
+    lives = [live.get(slurm_job(v) or "") for v in views]
+    views = record_usage(store, [reconcile(store, v, lv) for v, lv in zip(views, lives)])
+    return [(lost(v), lv) for v, lv in zip(views, lives)]
+
+
+def record_usage(store: Store, views: list[RunView]) -> list[RunView]:
+    """Each ended attempt of a Slurm run that holds no usage yet gets its job instance's accounting
+    (jobs/cost.py parse_usage), from one sacct call for all of them; an instance sacct has not seen
+    end yet is left for a later call. Someone who may only read the store records nothing (their
+    `jobs show` stays a read; the attempts show `-` until a writer's call). Returns the views afterwards."""
+    from jobs.cost import USAGE_FIELDS, instance_of, parse_usage
+    from runtime.attempts import slurm_output
+
+    need = [(v, a) for v in views if v.spec.executor == "slurm" for a in v.attempts
+            if a.get("job_id") and "usage" not in a and ("exit" in a or a.get("end"))]
+    if not need:
+        return views
+    jobs = sorted({str(a["job_id"]) for _, a in need})
+    found = parse_usage(slurm_output("sacct", "-n", "-P", "-D", "-j", ",".join(jobs), "-o", USAGE_FIELDS))
+    changed = set()
+    for v, a in need:
+        inst = instance_of(a, found.get(str(a["job_id"]), []))
+        if inst is not None:
+            try:
+                store.add_event(v.id, "attempt", attempt=a["attempt"], usage=inst)
+            except OSError:   # a store this user may read but not write
+                break
+            changed.add(v.id)
+    return [store.run(v.id) if v.id in changed else v for v in views]
 
 
 # ---- local processes ----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """`jobs report RUN|ARTIFACT|RECIPE`: one HTML file that needs no network to view.
 
-It holds the lineage graph as a picture (inputs -> runs -> outputs), each run's metric curves from
+It holds the lineage graph as a picture (inputs -> runs -> outputs), the runs' timeline (each attempt's
+queue wait, boot and phases on one axis: jobs/timeline.py), each run's metric curves from
 its metrics.jsonl, the eval table (results.json of eval-report artifacts), and each run's config,
 environment, container and attempts. Plots are matplotlib SVG inlined in the page; the graph is
 Graphviz's `dot` SVG when `dot` is on PATH, else drawn with matplotlib. The page has no script, and
@@ -325,6 +326,8 @@ def build(store, target: str, dot: str | None = "auto") -> tuple[str, str]:
     else:
         parts.append("<p>no lineage recorded</p>")
     parts.append("</section>")
+    from jobs.timeline import section
+    parts.append(section(store, sorted(shown, key=lambda r: (store.run_spec(r).created or 0, r))))
     parts.append(_eval_section(store, idx, [n for n, w in nodes.items() if w == "art"], bad, set(shown)))
     for r in shown:
         parts.append(_run_section(store, idx, r, bad))

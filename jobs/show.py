@@ -8,11 +8,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from jobs.cost import waits
-
-
-#: An attempt's phases as runtime/entry.py times them, in the order they run.
-PHASES = ("verify", "ray_start", "stage", "ray_stop", "gate", "register")
+from jobs.cost import PHASES, usage, waits
 
 
 def _when(ts: float | None) -> str:
@@ -95,16 +91,19 @@ def print_record(store, ident: str, as_json: bool = False) -> None:
     its record, names and whether it verifies)."""
     from lineage.errors import Corrupt
 
+    from jobs.reconcile import record_usage
+
     idx = store.index()
     if not (ident.startswith("art_") or ":" in ident):
         run_id = idx.resolve_run(ident)
+        record_usage(store, [store.run(run_id)])   # a Slurm attempt's accounting, once it has ended
         if not as_json:
             return print_run(store, idx, run_id)
         from jobs.metrics import facts
         v = store.run(run_id)
         doc = {"type": "run", "id": v.id, "state": v.state, "reason": v.reason, "updated": v.updated,
                "spec": v.spec.to_json(), "inputs": v.inputs, "outputs": v.outputs, "attempts": v.attempts, "gate": v.gate, "trackers": v.trackers,
-               **facts(v)}   # metrics, duration_s, ended
+               "waited": waits(v), "usage": usage(v), **facts(v)}   # metrics, duration_s, ended
         print_json(doc)
         return None
     art = store.resolve_artifact(ident)
@@ -158,6 +157,7 @@ def print_run(store, idx, run_id: str) -> None:
     if v.attempts:
         print(f"attempts  {len(v.attempts)}" + (f"   one W&B run {v.trackers['wandb_run_id']}" if v.trackers.get("wandb_run_id") else ""))
     waited = {w["attempt"]: w for w in waits(v)}
+    used = {u["attempt"]: u for u in usage(v)}
     for a in v.attempts:
         took = f"{a['end'] - a['start']:.1f} s" if a.get("end") and a.get("start") else ("running" if "exit" not in a else "-")
         why = a.get("reason") or (a.get("error") if a.get("exit") == "error" else None)
@@ -171,6 +171,11 @@ def print_run(store, idx, run_id: str) -> None:
         ph = a.get("phases") or {}   # runtime/entry.py: where the attempt's time went, in the order it went
         if ph:
             print("phases    " + "  ".join(f"{k} {ph[k]:.1f} s" for k in PHASES if isinstance(ph.get(k), (int, float))))
+        u = used.get(a.get("attempt")) or {}   # jobs/cost.py: sacct's accounting, or a local run's own times
+        if u.get("source"):
+            how = "sacct" if u["source"] == "sacct" else "local: its own times, the run's resources"
+            print(f"used      elapsed {_secs(u['elapsed_s'])} s  cpus {_val(u['cpus'])}  gpus {_val(u['gpus'])}  "
+                  f"cpu-h {_hours(u['cpu_hours'])}  gpu-h {_hours(u['gpu_hours'])}  max RSS {_rss(u['max_rss_bytes'])}  ({how})")
     for c in v.gate:   # the results gate (stages/gate.py): what the outputs showed, one check a line
         print(f"gate      {'pass' if c.get('ok') else 'FAIL'}  {c.get('name', '?'):<8} {c.get('detail', '')}")
     for name, where in sorted(v.trackers.items()):
@@ -185,6 +190,56 @@ def print_run(store, idx, run_id: str) -> None:
         print(f"drift     {what}: recorded {d.get('recorded')}, ran {ran}"
               + (f" ({'; '.join(d['changes'][:5])})" if d.get("changes") else ""))
     print("config    " + json.dumps(s.config, sort_keys=True))
+
+
+def _val(x) -> str:
+    """A measured value, or `-` for one not measured (never 0)."""
+    return "-" if x is None else str(x)
+
+
+def _secs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _hours(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _rss(x: int | None) -> str:
+    return "-" if x is None else size(x)
+
+
+def print_cost(store, ident: str, as_json: bool = False) -> None:
+    """`jobs show ART --cost`: what the artifact (or run) cost, over its whole ancestry (jobs/cost.py
+    ancestry): a row per run, every attempt summed, failed ones too, and the total; from the records
+    alone (a Slurm attempt's accounting recorded from sacct first, once it has ended)."""
+    from jobs.cost import ancestry, run_cost, total
+    from jobs.reconcile import record_usage
+
+    runs = ancestry(store, store.index(), ident)
+    rows = [run_cost(v) for v in record_usage(store, [store.run(r) for r in runs])]
+    if as_json:
+        return print_json({"target": ident, "runs": rows, "total": total(rows)})
+    heads = [("RUN", 13), ("STAGE", 9), ("ATT", 3), ("QUEUED", 7), *((p.upper(), max(len(p), 6)) for p in PHASES),
+             ("ELAPSED", 8), ("CPU-H", 8), ("GPU-H", 8), ("MAX RSS", 9)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, (_, w)) in enumerate(zip(cells, heads)))
+
+    def cells(r: dict) -> list[str]:
+        return [str(r["attempts"]), _secs(r["queued"]), *(_secs(r["phases"][p]) for p in PHASES),
+                _secs(r["elapsed_s"]), _hours(r["cpu_hours"]), _hours(r["gpu_hours"]), _rss(r["max_rss_bytes"])]
+
+    print(f"cost of {ident}: {len(rows)} run{'s' if len(rows) != 1 else ''}, oldest first (seconds; - not measured)")
+    print(line([h for h, _ in heads]))
+    for r in rows:
+        print(line([r["run"][:13], r["stage"][:9], *cells(r)]))
+    tot = total(rows)
+    print(line(["total", "", *cells(tot)]))
+    if tot["unmeasured"]:
+        print(f"{tot['unmeasured']} attempt(s) not measured yet (running, or not yet ended in sacct): "
+              "left out of elapsed and hours")
+    return None
 
 
 def _own_name(idx, art: str) -> str:

@@ -337,7 +337,7 @@ JOBS_FLOORS = {
               "jobs.reconcile", "jobs.cancel", "jobs.triage", "jobs.logfiles", "jobs.cost"},
     "above": {"jobs.cli", "jobs.shell", "jobs.completion", "jobs.status", "jobs.progress", "jobs.logs", "jobs.show",
               "jobs.report", "jobs.compare", "jobs.metrics", "jobs.filters", "jobs.maintenance", "jobs.export",
-              "jobs.add", "jobs.sweep", "jobs.reproduce"},
+              "jobs.add", "jobs.sweep", "jobs.reproduce", "jobs.timeline"},
 }
 
 

@@ -109,13 +109,24 @@ document.getElementById("measure").textContent = JSON.stringify([...document.que
 </script>"""
 
 
-def laid_out(page: Path, tmp: Path) -> list[dict]:
+#: Each bar of the timeline as the browser laid it out.
+MEASURE_BARS = """<pre id="measure"></pre><script>
+document.getElementById("measure").textContent = JSON.stringify([...document.querySelectorAll(
+    "section#timeline svg.timeline rect.bar")].map(b => {
+  const r = b.getBoundingClientRect();
+  return {run: b.dataset.run, attempt: +b.dataset.attempt, kind: b.dataset.kind, seconds: +b.dataset.seconds,
+          x: r.left, w: r.width, y: r.top, h: r.height};
+}));
+</script>"""
+
+
+def laid_out(page: Path, tmp: Path, measure: str = MEASURE) -> list[dict]:
     """Every figure's rendered size and content, measured by the browser on a copy of the page that
     carries a measuring script (the report itself has none, and its policy would block one)."""
     probe = page.with_name("measure-" + page.name)
     text = page.read_text()
     text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", text)
-    probe.write_text(text.replace("</body>", MEASURE + "</body>"))
+    probe.write_text(text.replace("</body>", measure + "</body>"))
     p = chromium(probe, tmp, "--window-size=1280,1000", "--dump-dom")
     assert p.returncode == 0 and not console(p), console(p) or p.stderr[-2000:]
     found = re.search(r'<pre id="measure">(.*?)</pre>', p.stdout, re.S)
@@ -214,7 +225,7 @@ def test_graph_without_graphviz(store, tmp_path):
     from jobs import report as rep
 
     text, _ = rep.build(Store(store), "reportchain/evaluate/report:latest", dot=None)
-    graph = text[text.index('id="lineage"'):text.index('id="eval"')]
+    graph = text[text.index('id="lineage"'):text.index('id="timeline"')]
     assert graph.count("<svg") == 1 and 'class="node"' not in graph
     for label in ("reportchain/count", "reportchain/train", "reportchain/evaluate", "reportchain/train/model:v1"):
         assert label in graph
@@ -273,3 +284,39 @@ def test_a_run_that_never_started_shows_its_pending_input(tmp_path):
     text = report(store, runs["double"]["id"], tmp_path / "r.html")
     graph = text[text.index('id="lineage"'):text.index('id="eval"')]
     assert "numbers (when it starts)" in graph and 'stroke-dasharray' in graph and "FAILED" in graph
+
+
+def test_the_timeline_draws_each_attempts_wait_and_phases_to_one_scale(store, tmp_path):
+    from jobs.cost import waits
+
+    out = tmp_path / "timeline.html"
+    text = report(store, "testchain/double/result:latest", out)
+    assert '<section id="timeline">' in text
+    s = Store(store)
+    idx = s.index()
+    (double,) = idx.producer(s.resolve_artifact("testchain/double/result:latest"))
+    (count,) = idx.producer(idx.edges_of(double["run"], "in")[0]["artifact"])
+    runs = {r: s.run(r) for r in (count["run"], double["run"])}
+    laid = laid_out(out, tmp_path, MEASURE_BARS)
+    # One bar per recorded wait and phase of every attempt of the chain's runs, with its recorded seconds.
+    want = {}
+    for v in runs.values():
+        for a, w in zip(v.attempts, waits(v)):
+            want[v.id, a["attempt"], "queued"] = w["queued"]
+            want.update({(v.id, a["attempt"], p): secs for p, secs in a["phases"].items()})
+    got = {(b["run"], b["attempt"], b["kind"]): b for b in laid}
+    assert set(got) == set(want) and len(laid) == len(got)
+    for key, secs in want.items():
+        assert got[key]["seconds"] == pytest.approx(secs, abs=1e-6)
+    # Laid out to one scale: every bar's width is its seconds times the same pixels per second.
+    px_per_s = sum(b["w"] for b in laid) / sum(b["seconds"] for b in laid)
+    assert px_per_s > 0
+    for b in laid:
+        assert b["w"] == pytest.approx(b["seconds"] * px_per_s, abs=0.5), b
+        assert b["h"] > 0
+    for v in runs.values():   # an attempt's phases follow each other, left to right, on its own row
+        mine = [got[v.id, 1, p] for p in ("verify", "stage", "gate", "register")]
+        assert [b["x"] for b in mine] == sorted(b["x"] for b in mine) and len({b["y"] for b in mine}) == 1
+    up, down = runs[count["run"]], runs[double["run"]]
+    assert got[up.id, 1, "stage"]["w"] > 10   # the count stage's second, drawn visibly
+    assert got[down.id, 1, "queued"]["y"] > got[up.id, 1, "queued"]["y"]   # the upstream run's row first
