@@ -11,8 +11,9 @@ from typing import Iterable
 from jobs.cost import waits
 
 
-#: An attempt's phases as runtime/entry.py times them, in the order they run.
-PHASES = ("verify", "ray_start", "stage", "ray_stop", "gate", "register")
+#: An attempt's phases as runtime/entry.py times them, in the order they run; stage.* are inside stage
+#: (the stage's own ctx.timed phases).
+PHASES = ("verify", "ray_start", "stage", "stage.load", "stage.train", "stage.save", "ray_stop", "gate", "register")
 
 
 def _when(ts: float | None) -> str:
