@@ -26,6 +26,8 @@ NOT_ENDED = ("RUNNING", "PENDING", "REQUEUED_HOLD", "RESIZING", "SUSPENDED")
 START_SLACK_S = 2.0
 #: An attempt's phases as runtime/entry.py times them, in the order they run.
 PHASES = ("verify", "ray_start", "stage", "ray_stop", "gate", "register")
+#: The stage's own phases inside `stage` (ctx.timed, recorded as stage.<phase>): loading, training, saving.
+STAGE_PHASES = ("stage.load", "stage.train", "stage.save")
 #: What a run's and a chain's cost rows hold besides their phases, summed over attempts.
 SUMMED = ("queued", "elapsed_s", "cpu_hours", "gpu_hours")
 
@@ -180,7 +182,7 @@ def run_cost(view) -> dict:
     return {"run": view.id, "recipe": view.spec.recipe, "stage": view.spec.stage, "state": view.state,
             "attempts": len(view.attempts), "unmeasured": sum(u["elapsed_s"] is None for u in used),
             "queued": _sum(queued.values()),
-            "phases": {p: _sum(_num(ph.get(p)) for ph in phases) for p in PHASES},
+            "phases": {p: _sum(_num(ph.get(p)) for ph in phases) for p in (*PHASES, *STAGE_PHASES)},
             "elapsed_s": _sum(u["elapsed_s"] for u in used), "cpu_hours": _sum(u["cpu_hours"] for u in used),
             "gpu_hours": _sum(u["gpu_hours"] for u in used),
             "max_rss_bytes": max((u["max_rss_bytes"] for u in used if u["max_rss_bytes"] is not None), default=None)}
@@ -191,7 +193,7 @@ def total(rows: list[dict]) -> dict:
     return {"runs": len(rows), "attempts": sum(r["attempts"] for r in rows),
             "unmeasured": sum(r["unmeasured"] for r in rows),
             **{k: _sum(r[k] for r in rows) for k in SUMMED},
-            "phases": {p: _sum(r["phases"][p] for r in rows) for p in PHASES},
+            "phases": {p: _sum(r["phases"][p] for r in rows) for p in (*PHASES, *STAGE_PHASES)},
             "max_rss_bytes": max((r["max_rss_bytes"] for r in rows if r["max_rss_bytes"] is not None), default=None)}
 
 

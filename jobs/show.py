@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from jobs.cost import PHASES, usage, waits
+from jobs.cost import PHASES, STAGE_PHASES, usage, waits
 
 
 def _when(ts: float | None) -> str:
@@ -170,7 +170,9 @@ def print_run(store, idx, run_id: str) -> None:
             print("waited    " + "  ".join(f"{k} {w[k]:.1f} s" for k in ("queued", "boot") if w.get(k) is not None))
         ph = a.get("phases") or {}   # runtime/entry.py: where the attempt's time went, in the order it went
         if ph:
-            print("phases    " + "  ".join(f"{k} {ph[k]:.1f} s" for k in PHASES if isinstance(ph.get(k), (int, float))))
+            inner = "  ".join(f"{k[6:]} {ph[k]:.1f} s" for k in STAGE_PHASES if isinstance(ph.get(k), (int, float)))
+            print("phases    " + "  ".join(f"{k} {ph[k]:.1f} s" for k in PHASES if isinstance(ph.get(k), (int, float)))
+                  + (f"  (in stage: {inner})" if inner else ""))
         u = used.get(a.get("attempt")) or {}   # jobs/cost.py: sacct's accounting, or a local run's own times
         if u.get("source"):
             how = "sacct" if u["source"] == "sacct" else "local: its own times, the run's resources"
@@ -220,14 +222,15 @@ def print_cost(store, ident: str, as_json: bool = False) -> None:
     rows = [run_cost(v) for v in record_usage(store, [store.run(r) for r in runs])]
     if as_json:
         return print_json({"target": ident, "runs": rows, "total": total(rows)})
-    heads = [("RUN", 13), ("STAGE", 9), ("ATT", 3), ("QUEUED", 7), *((p.upper(), max(len(p), 6)) for p in PHASES),
+    shown = (*PHASES, *STAGE_PHASES)   # the stage's own (load, train, save) are inside STAGE
+    heads = [("RUN", 13), ("STAGE", 9), ("ATT", 3), ("QUEUED", 7), *((p.upper(), max(len(p), 6)) for p in shown),
              ("ELAPSED", 8), ("CPU-H", 8), ("GPU-H", 8), ("MAX RSS", 9)]
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, (_, w)) in enumerate(zip(cells, heads)))
 
     def cells(r: dict) -> list[str]:
-        return [str(r["attempts"]), _secs(r["queued"]), *(_secs(r["phases"][p]) for p in PHASES),
+        return [str(r["attempts"]), _secs(r["queued"]), *(_secs(r["phases"][p]) for p in shown),
                 _secs(r["elapsed_s"]), _hours(r["cpu_hours"]), _hours(r["gpu_hours"]), _rss(r["max_rss_bytes"])]
 
     print(f"cost of {ident}: {len(rows)} run{'s' if len(rows) != 1 else ''}, oldest first (seconds; - not measured)")

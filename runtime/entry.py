@@ -241,8 +241,9 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
         recorded_config=spec.config,
     )
 
-    # Seconds each phase of this attempt took (verify, ray_start, stage, ray_stop, gate, register),
-    # recorded with the attempt's end however it ends: where the time went, a failed attempt's too.
+    # Seconds each phase of this attempt took (verify, ray_start, stage, ray_stop, gate, register; and
+    # inside stage, the stage's own ctx.timed phases: load, train, save), recorded with the attempt's end
+    # however it ends: where the time went, a failed attempt's too.
     phases: dict[str, float] = {}
 
     @contextmanager
@@ -258,7 +259,8 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
             store.add_event(run_id, "metrics", metrics=ctx.summary)
         if ctx.links:
             store.add_event(run_id, "tracker", trackers=ctx.links)
-        store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **({"phases": phases} if phases else {}),
+        timed = {**phases, **{f"stage.{k}": v for k, v in ctx.phases.items()}}   # the stage's own: load, train, save
+        store.add_event(run_id, "attempt", attempt=attempt, end=time.time(), **({"phases": timed} if timed else {}),
                         **fields)
 
     try:

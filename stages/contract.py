@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import stat
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, NoReturn, Protocol, runtime_checkable
 
 from lineage.layout import RunDir
 from lineage.records import member_mode, strict_json
@@ -95,6 +96,10 @@ class StageContext:
     _metrics: dict[str, Any] = field(default_factory=dict)
     _trackers: list[Any] = field(default_factory=list)
     links: dict[str, str] = field(default_factory=dict)
+    #: Seconds this attempt spent in each of the stage's own phases (`timed`): the entry records them
+    #: with its own as `stage.<phase>`.
+    phases: dict[str, float] = field(default_factory=dict)
+    _inner: list[float] = field(default_factory=list)
 
     def section(self, name: str) -> dict[str, Any]:
         """The config's `name:` section; StageError when the config lacks it or it is not a mapping."""
@@ -157,6 +162,22 @@ class StageContext:
         self._trackers.append(tracker)
         if link:
             self.links[link[0]] = link[1]
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Adds the seconds spent inside to `phase` ("load", "train", "save"). A phase timed inside another
+        counts for itself only (a save inside the training loop is save, not train), so the phases add
+        up to at most the stage's time."""
+        t0 = time.monotonic()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            spent = time.monotonic() - t0
+            inner = self._inner.pop()
+            self.phases[phase] = round(self.phases.get(phase, 0.0) + spent - inner, 3)
+            if self._inner:
+                self._inner[-1] += spent
 
     def requeue(self) -> NoReturn:
         """Call after saving a checkpoint when `should_stop()` is true: the run resumes in a new attempt."""

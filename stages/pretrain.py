@@ -119,4 +119,5 @@ def run(ctx) -> dict[str, Path]:
     # Output: rank 0 writes the model folder; the entry registers it as an artifact.
     if not ctx.dist.is_main:
         return {}
-    return {"model": lm.save_model(model, tokenizer, ctx.output_dir("model"))}
+    with ctx.timed("save"):
+        return {"model": lm.save_model(model, tokenizer, ctx.output_dir("model"))}

@@ -291,8 +291,9 @@ def run(ctx) -> dict[str, Path]:
     lm.setup_torch(seed, ctx.dist, cpus=ctx.resources.cpus_per_task)
 
     # Setup: SFT model + zero head; pairs split into train and a held-out tail.
-    tokenizer = lm.load_tokenizer(ctx.input("model"))
-    model = reward_model_class()(lm.load_model(ctx.input("model")), loglik=bool(cfg.get("loglik", True)))
+    with ctx.timed("load"):
+        tokenizer = lm.load_tokenizer(ctx.input("model"))
+        model = reward_model_class()(lm.load_model(ctx.input("model")), loglik=bool(cfg.get("loglik", True)))
     train_pairs, test_pairs = held_out_split(cfg, ctx.input("data"))
 
     def loss_fn(m, step, rank, world):
@@ -329,8 +330,9 @@ def run(ctx) -> dict[str, Path]:
     (ctx.run_dir / "held_out.jsonl").write_text("".join(strict_json(
         {**p, **{k.removesuffix("_accuracy"): round(v[i].item(), 4) for k, v in margins.items()}}, sort_keys=True) + "\n"
         for i, p in enumerate(test_pairs)))
-    out = lm.save_model(model.lm, tokenizer, ctx.output_dir("reward_model"))
-    save_file({"head.weight": model.head.weight.detach().contiguous(), "head.bias": model.head.bias.detach().contiguous(),
-               "alpha": model.alpha.detach().reshape(()), "loglik": torch.tensor(int(model.loglik))},
-              str(out / HEAD_FILE))
+    with ctx.timed("save"):
+        out = lm.save_model(model.lm, tokenizer, ctx.output_dir("reward_model"))
+        save_file({"head.weight": model.head.weight.detach().contiguous(), "head.bias": model.head.bias.detach().contiguous(),
+                   "alpha": model.alpha.detach().reshape(()), "loglik": torch.tensor(int(model.loglik))},
+                  str(out / HEAD_FILE))
     return {"reward_model": out}

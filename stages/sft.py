@@ -104,8 +104,9 @@ def run(ctx) -> dict[str, Path]:
     threads = lm.setup_torch(seed, ctx.dist, device, ctx.resources.cpus_per_task)
 
     # Setup: the model folder carries its tokenizer; pairs -> rows + answer masks.
-    model = lm.load_model(ctx.input("model"))
-    tokenizer = lm.load_tokenizer(ctx.input("model"))
+    with ctx.timed("load"):
+        model = lm.load_model(ctx.input("model"))
+        tokenizer = lm.load_tokenizer(ctx.input("model"))
     pairs = formats.sft_pairs(ctx.input("data"))
     rows, masks = encode_pairs(tokenizer, pairs)
     longest = max(len(r) for r in rows)
@@ -130,4 +131,5 @@ def run(ctx) -> dict[str, Path]:
     # Output (rank 0).
     if not ctx.dist.is_main:
         return {}
-    return {"model": lm.save_model(model, tokenizer, ctx.output_dir("model"))}
+    with ctx.timed("save"):
+        return {"model": lm.save_model(model, tokenizer, ctx.output_dir("model"))}

@@ -243,11 +243,12 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
     start = 0
     identity = ctx.identity()
     if ckpt.exists():
-        state = read_checkpoint(ckpt, identity, schedule.steps)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"])
+        with ctx.timed("load"):
+            state = read_checkpoint(ckpt, identity, schedule.steps)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            _set_rng_state(state["rng"])
         start = state["step"]
         ctx.log({f"{name}/resumed_from": start}, step=start)
     ddp = model
@@ -258,18 +259,19 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
     def save(step: int, keep: bool = False) -> None:
         """The resume checkpoint (replaced each time); with `keep`, also a weights snapshot with the
         metrics at that step, which `jobs gc --keep-top-k` prunes by a metric."""
-        if ctx.dist.is_main:
-            buf = io.BytesIO()
-            torch.save({**identity, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "rng": _rng_state(device), "config": ctx.config_to_keep,
-                        "world_size": ctx.dist.world_size}, buf)
-            atomic_write(ckpt, buf.getvalue())
-            if keep:
+        with ctx.timed("save"):
+            if ctx.dist.is_main:
                 buf = io.BytesIO()
-                torch.save(model.state_dict(), buf)
-                write_kept(ctx.checkpoint_dir, name, step, buf.getvalue(), ctx.summary, atomic_write)
-        if distributed:
-            dist.barrier()
+                torch.save({**identity, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "scheduler": scheduler.state_dict(), "rng": _rng_state(device), "config": ctx.config_to_keep,
+                            "world_size": ctx.dist.world_size}, buf)
+                atomic_write(ckpt, buf.getvalue())
+                if keep:
+                    buf = io.BytesIO()
+                    torch.save(model.state_dict(), buf)
+                    write_kept(ctx.checkpoint_dir, name, step, buf.getvalue(), ctx.summary, atomic_write)
+            if distributed:
+                dist.barrier()
 
     def stop_requested() -> bool:
         """True on every rank as soon as any rank was told to stop (Slurm signals rank 0 only)."""
@@ -296,39 +298,40 @@ def train(ctx, model, schedule: Schedule, loss_fn: Callable, name: str, device: 
     model.train()
     stopped = False
     run_tokens, t_run = 0.0, time.monotonic()   # the whole loop's throughput, logged at its end
-    for step in range(start, schedule.steps):
-        if stop_requested():
-            save(step)
-            stopped = True
-            break
-        with autocast(device):
-            loss, metrics = loss_fn(ddp, step, ctx.dist.rank, ctx.dist.world_size)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        if (step + 1) % schedule.log_every == 0 or step + 1 == schedule.steps:
-            keys = sorted(metrics)
-            values = torch.tensor([loss.item(), tokens[0], *(float(metrics[k]) for k in keys)], dtype=torch.float64,
-                                  device=device)
-            tokens[0] = 0
-            if distributed:  # the mean over ranks of their shares is the global batch's value
-                dist.all_reduce(values)
-                values /= ctx.dist.world_size
-            lr = scheduler.get_last_lr()[0]
-            speed = {}
-            run_tokens += values[1].item() * ctx.dist.world_size   # the mean share times the ranks: the global batch's
-            if progress is not None:
-                speed = progress.update(step + 1, values[0].item(), lr, values[1].item() * ctx.dist.world_size,
-                                        extra={k: v.item() for k, v in zip(keys, values[2:])})
-            # lr_now: the schedule's rate at this step, not the config's peak `lr` that compare shows
-            # beside it; interval_tokens_per_s: this log interval's speed, not the run's.
-            ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr_now": lr, f"{name}/grad_norm": grad_norm.item(),
-                     **({f"{name}/interval_tokens_per_s": speed["tokens_per_s"]} if speed and speed["tokens_per_s"] else {}),
-                     **{f"{name}/{k}": v.item() for k, v in zip(keys, values[2:])}}, step=step + 1)
-        if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
-            save(step + 1, keep=True)
+    with ctx.timed("train"):   # the steps; a save among them counts as save
+        for step in range(start, schedule.steps):
+            if stop_requested():
+                save(step)
+                stopped = True
+                break
+            with autocast(device):
+                loss, metrics = loss_fn(ddp, step, ctx.dist.rank, ctx.dist.world_size)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            if (step + 1) % schedule.log_every == 0 or step + 1 == schedule.steps:
+                keys = sorted(metrics)
+                values = torch.tensor([loss.item(), tokens[0], *(float(metrics[k]) for k in keys)], dtype=torch.float64,
+                                      device=device)
+                tokens[0] = 0
+                if distributed:  # the mean over ranks of their shares is the global batch's value
+                    dist.all_reduce(values)
+                    values /= ctx.dist.world_size
+                lr = scheduler.get_last_lr()[0]
+                speed = {}
+                run_tokens += values[1].item() * ctx.dist.world_size   # the mean share times the ranks: the global batch's
+                if progress is not None:
+                    speed = progress.update(step + 1, values[0].item(), lr, values[1].item() * ctx.dist.world_size,
+                                            extra={k: v.item() for k, v in zip(keys, values[2:])})
+                # lr_now: the schedule's rate at this step, not the config's peak `lr` that compare shows
+                # beside it; interval_tokens_per_s: this log interval's speed, not the run's.
+                ctx.log({f"{name}/loss": values[0].item(), f"{name}/lr_now": lr, f"{name}/grad_norm": grad_norm.item(),
+                         **({f"{name}/interval_tokens_per_s": speed["tokens_per_s"]} if speed and speed["tokens_per_s"] else {}),
+                         **{f"{name}/{k}": v.item() for k, v in zip(keys, values[2:])}}, step=step + 1)
+            if (step + 1) % schedule.checkpoint_every == 0 and step + 1 < schedule.steps:
+                save(step + 1, keep=True)
     hook.remove()
     if run_tokens and not stopped:   # tokens over the loop's wall time (this attempt's, when resumed)
         ctx.log({f"{name}/run_tokens_per_s": run_tokens / max(time.monotonic() - t_run, 1e-9)}, step=schedule.steps)

@@ -189,3 +189,23 @@ def test_run_given_a_broken_config_refuses_with_stage_error_before_any_work(name
             module.run(ctx)
         assert "\n" not in str(e.value) and stage in str(e.value), (what, str(e.value))
         assert not (run_dir / "outputs").exists(), what
+
+
+def test_a_stages_timed_phases_add_up_and_a_phase_inside_another_counts_for_itself(monkeypatch, tmp_path):
+    """ctx.timed on a clock the test moves: a save inside the training loop is save time, not train."""
+    from stages import contract
+
+    now = [100.0]
+    monkeypatch.setattr(contract.time, "monotonic", lambda: now[0])
+    ctx = contract.StageContext(run_id="r", recipe="tiny", stage="sft", config={}, inputs={}, run_dir=tmp_path)
+    with ctx.timed("load"):
+        now[0] += 2
+    with ctx.timed("train"):
+        now[0] += 5
+        with ctx.timed("save"):
+            now[0] += 1.5
+        now[0] += 5
+        with pytest.raises(RuntimeError), ctx.timed("save"):   # a phase that raises still counts
+            now[0] += 0.5
+            raise RuntimeError
+    assert ctx.phases == {"load": 2.0, "train": 10.0, "save": 2.0}

@@ -255,6 +255,13 @@ def test_one_run_one_story_two_attempts_one_wandb_run_one_tensorboard(tmp_path, 
         meta = json.loads((run_dir / "attempts" / str(n) / "attempt.json").read_text())
         assert (meta["attempt"], meta["wandb_run_id"]) == (n, wid)
     assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 2
+    # Where each attempt's time went inside the stage: the first trained and saved at the stop, the second
+    # also loaded that checkpoint; the stage's own phases fit inside the stage's time.
+    first, second = (a["phases"] for a in view.attempts)
+    assert "stage.load" not in first and first["stage.train"] > 0 and first["stage.save"] > 0, first
+    assert all(second[k] > 0 for k in ("stage.load", "stage.train", "stage.save")), second
+    for ph in (first, second):
+        assert sum(v for k, v in ph.items() if k.startswith("stage.")) <= ph["stage"], ph
     assert not (run_dir / "wandb").exists()
     shown = run_jobs(root, "show", run)
     assert shown.code == 0, shown.err
