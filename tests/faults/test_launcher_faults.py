@@ -352,7 +352,12 @@ def test_ctrl_c_on_a_local_submit_leaves_no_traceback_and_every_view_says_cancel
     s = Store(box.store)
     run, attempt = first_running_attempt(s)
     os.killpg(submit.pid, signal.SIGINT)
-    out, err = submit.communicate(timeout=120)   # until the controller, which shares stdout, is gone too
+    try:
+        out, err = submit.communicate(timeout=120)   # until the controller, which shares stdout, is gone too
+    except subprocess.TimeoutExpired:   # say what was still there, and what the record said
+        left = subprocess.run(["ps", "-s", str(submit.pid), "-o", "pid,pgid,stat,etime,wchan:20,args"],
+                              capture_output=True, text=True).stdout
+        raise AssertionError(f"still running 120 s after the Ctrl-C:\n{left}\nrun {run}: {s.run(run)}") from None
     assert submit.returncode == 130 and err == "jobs: interrupted\n", err
     from runtime.attempts import proc_start
     assert proc_start(attempt["pid"]) is None                       # the stage's process is gone
