@@ -35,7 +35,7 @@ TINY = "tiny-2026-11-28.md"
 SEED_RUNS = ("rl_seeds-avx512-seed1234-2026-11-28.md", "rl_seeds-avx512-seed7-2026-11-28.md",
              "rl_seeds-avx512-seed42-2026-11-28.md")
 METHODS = SEED_RUNS[0]                            # seed 1234's, the CI pipeline's seed
-TRAIN = "train-idle-2026-11-26.md"               # bench/train.py, nothing else running
+TRAIN = "train-2026-11-28.md"                    # bench/train.py at the current training loop
 METHOD_NAMES = {"grpo": "GRPO", "dpo": "on-policy DPO", "dpo_offline": "offline DPO",
                 "grpo_rm": "GRPO on the reward model"}
 
