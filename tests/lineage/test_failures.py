@@ -114,6 +114,19 @@ def test_a_programs_last_traceback_says_where_it_refused_to_go_on_without_a_gpu(
     assert retry_problem({"gpu_boundary": 1}).startswith("cannot retry gpu_boundary")
 
 
+def test_an_exception_in_the_jobs_own_process_says_where_too():
+    """Megatron's CUDA assert raised in the stage's process: the job's entry reads its own traceback the same way."""
+    import traceback
+
+    def initialize():
+        assert False, "Megatron requires CUDA."
+
+    e = raised(initialize)
+    got = gpu_boundary("".join(traceback.format_exception(e)).splitlines())
+    assert got["file"] == "lineage/test_failures.py" and got["message"] == "Megatron requires CUDA."
+    assert got["line"] == initialize.__code__.co_firstlineno + 1
+
+
 def test_a_retry_budget_takes_only_transient_classes_and_counts():
     assert retry_problem({"preempted": 10, "node_failure": 2, "time_limit": 0}) is None
     assert "unknown failure class 'preemted' (did you mean preempted?" in retry_problem({"preemted": 1})
