@@ -165,6 +165,9 @@ def print_run(store, idx, run_id: str) -> None:
         print(f"attempt   #{a['attempt']} job {a.get('job_id') or '-'} on {a.get('host')}{kernels}  {_when(a.get('start'))}  {took}  "
               f"exit {a.get('exit', '-')}" + (f"  class {a['failure_class']}" if a.get("failure_class") else "")
               + (f"  ({why})" if why else ""))
+        b = a.get("boundary")   # runtime/entry.py: an upstream program refused its first GPU-only request here
+        if isinstance(b, dict):
+            print(f"boundary  stopped at GPU boundary: {b.get('file')}:{b.get('line')} ({b.get('message')})")
         w = waited.get(a.get("attempt")) or {}   # jobs/cost.py: before the stage entry, derived from the records
         if w.get("queued") is not None or w.get("boot") is not None:
             print("waited    " + "  ".join(f"{k} {w[k]:.1f} s" for k in ("queued", "boot") if w.get(k) is not None))

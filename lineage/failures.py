@@ -16,6 +16,10 @@ signal that ended it, and the last lines of its log.
     bad_input      an input is corrupt, or its upstream run did not succeed
     code_error     anything else: an exception in the code, a non-zero exit
     gate           a results gate refused the outputs (GateFailed)
+    gpu_boundary   an upstream entry point ran up to its first GPU-only request on a machine with no
+                   GPU and was refused there (NeMo RL's "Not enough GPUs available", Megatron's
+                   "Megatron requires CUDA", torch's "no CUDA GPUs"): all before it ran; the attempt
+                   keeps the refusing file and line (`boundary`)
 
 A transient class is requeued within the run's retry budget (`retries`, from the recipe stage's
 resources and the profile, recorded in the run spec); the others never are: a retry would fail the
@@ -28,7 +32,7 @@ import re
 from dataclasses import dataclass
 
 CLASSES = ("preempted", "node_failure", "time_limit", "out_of_memory", "environment", "config_refused",
-           "bad_input", "code_error", "gate")
+           "bad_input", "code_error", "gate", "gpu_boundary")
 #: The classes a requeue can cure; only these take a retry budget.
 TRANSIENT = ("preempted", "node_failure", "time_limit")
 #: Requeues allowed per class when neither the recipe nor the profile says.
@@ -38,6 +42,7 @@ MAX_RETRIES = 1000
 
 # Exception type names (the type's or a base's) -> class, first match wins.
 _BY_ERROR = (
+    ({"GpuBoundary"}, "gpu_boundary"),
     ({"GateFailed"}, "gate"),
     ({"MemoryError", "OutOfMemoryError"}, "out_of_memory"),
     ({"ImageLacks", "ImportError", "ModuleNotFoundError", "RayClusterError"}, "environment"),
@@ -48,6 +53,12 @@ _BY_ERROR = (
 _BY_STATE = {"NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure", "OUT_OF_MEMORY": "out_of_memory",
              "TIMEOUT": "time_limit", "DEADLINE": "time_limit", "PREEMPTED": "preempted",
              "REQUEUED": "preempted"}
+#: What an upstream library says when it refuses to go on without a GPU: NeMo RL's placement groups
+#: (nemo_rl/distributed/virtual_cluster.py), Megatron-Bridge's and megatron-core's CUDA asserts, torch's
+#: lazy CUDA init with no device or no driver. (NeMo RL's ResourceInsufficientError alone says nothing of
+#: GPUs: it is raised for CPUs too, and after its retries with a message of its own.)
+GPU_REFUSAL = re.compile(r"Not enough GPUs available|Megatron requires CUDA|[Nn]o CUDA GPUs are available|"
+                         r"Found no NVIDIA driver")
 # What slurmstepd, the kernel or Python leave as a log's last words.
 _BY_LOG = (
     (re.compile(r"DUE TO NODE FAILURE"), "node_failure"),
@@ -113,6 +124,8 @@ def classify(facts: Facts) -> str:
         found = _by_names(facts.error)
         if found:
             return found
+        if GPU_REFUSAL.search(facts.message):
+            return "gpu_boundary"   # e.g. torch's RuntimeError "No CUDA GPUs are available" in the stage itself
         if any(p.search(facts.message) for p, cls in _BY_LOG if cls == "out_of_memory"):
             return "out_of_memory"   # e.g. torch's "DefaultCPUAllocator: can't allocate memory"
         return "code_error"
@@ -122,6 +135,8 @@ def classify(facts: Facts) -> str:
         return "node_failure"
     if state in _BY_STATE:
         return _BY_STATE[state]
+    if gpu_boundary(facts.log_tail):
+        return "gpu_boundary"
     for line in reversed(facts.log_tail):
         for pattern, cls in _BY_LOG:
             if pattern.search(line):
@@ -132,6 +147,50 @@ def classify(facts: Facts) -> str:
     if _signal(facts) == 9:
         return "out_of_memory"   # Slurm's own kills carry their state; an unexplained SIGKILL is the OOM killer's
     return "code_error"
+
+
+#: A traceback's frame line: `  File "PATH", line N, in NAME`.
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+
+
+def gpu_boundary(lines) -> dict | None:
+    """Where an upstream library refused to go on without a GPU, from its output's last lines: the last
+    traceback's last frame ({"file", "line"}: the file from the library's top package on, e.g.
+    nemo_rl/distributed/virtual_cluster.py), the refusal (`message`: the exception's, or the GPU
+    refusal the library printed before it gave up, as NeMo RL does after its retries) and the
+    exception line (`error`); None when the output ends in no such refusal."""
+    lines = [str(line).rstrip("\n") for line in lines]
+    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")),
+                default=None)
+    if start is None:
+        return None
+    frame, error = None, None
+    for line in lines[start + 1:]:
+        m = _FRAME.match(line)
+        if m:
+            frame = m.groups()
+        elif frame and line and not line.startswith((" ", "\t")):
+            error = line.strip()
+            break
+    if not frame or not error:
+        return None
+    if GPU_REFUSAL.search(error):
+        message = error.split(": ", 1)[-1] if _EXC_LINE.match(error) and ": " in error else error
+    else:
+        said = [line.strip() for line in lines[:start] if GPU_REFUSAL.search(line)]
+        if not said or not _EXC_LINE.match(error):
+            return None
+        message = said[-1]
+    path, lineno = frame
+    parts = path.split("/")
+    for marker in ("site-packages", "dist-packages"):   # an installed library: from its package on
+        if marker in parts:
+            parts = parts[len(parts) - parts[::-1].index(marker):]
+            break
+    else:   # a checkout (NeMo RL's runs from /opt/nemo-rl): from the library's top package on
+        tops = [i for i, p in enumerate(parts) if p in ("nemo_rl", "megatron", "torch")]
+        parts = parts[tops[0]:] if tops else parts[-2:]
+    return {"file": "/".join(parts), "line": int(lineno), "message": message, "error": error}
 
 
 # ---- the retry budget -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Iterator
 import submitit
 
 from lineage import Store
-from lineage.failures import Facts, classify, error_names, spent
+from lineage.failures import Facts, classify, error_names, gpu_boundary, spent
 from lineage.runspec import RunSpec
 from lineage.states import RunState
 from runtime.attempts import BATCH_START_ENV, STOP_GRACE_S
@@ -319,7 +319,12 @@ def execute(store_root: str, run_id: str, should_stop=lambda: False) -> dict[str
     except BaseException as e:
         if main:
             cls = classify(Facts(error=error_names(e), message=str(e)))
-            end(exit="error", error=traceback.format_exception_only(type(e), e)[-1].strip(), failure_class=cls)
+            # Where the GPU-only request was refused: the launched program's (GpuBoundary), else this
+            # process's own traceback's last frame (a library the stage called in-process).
+            at = getattr(e, "where", None) or (gpu_boundary("".join(traceback.format_exception(e)).splitlines())
+                                               if cls == "gpu_boundary" else None)
+            end(exit="error", error=traceback.format_exception_only(type(e), e)[-1].strip(), failure_class=cls,
+                **({"boundary": at} if at else {}))
             store.add_event(run_id, "status", state=RunState.FAILED, reason=f"{cls}: {type(e).__name__}: {e}",
                             failure_class=cls)
         raise

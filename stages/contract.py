@@ -43,6 +43,16 @@ class StageError(ValueError):
     """A stage refuses its config, its inputs or its state, in one line; the run fails with it."""
 
 
+class GpuBoundary(Exception):
+    """An upstream program the stage launched ran up to its first GPU-only request and was refused there
+    (a machine without GPUs): `where` is {"file", "line", "message"} of the refusal
+    (lineage.failures.gpu_boundary). The attempt records it; a retry would stop at the same line."""
+
+    def __init__(self, where: dict):
+        self.where = where
+        super().__init__(f"stopped at GPU boundary: {where['file']}:{where['line']} ({where['message']})")
+
+
 class Requeue(Exception):
     """Raised through `ctx.requeue()` by a stage that has checkpointed and wants to resume later."""
 

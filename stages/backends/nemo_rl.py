@@ -9,8 +9,11 @@ sections. Every key is checked at submit against the MasterConfig of the NeMo RL
 image carries (containers.lock -> upstream_fields.yaml), and the config merged with its parent as
 NeMo RL's loader merges it must pass every refusal NeMo RL makes at construction
 (stages/backends/nemo_rl_checks.py). Drivers: run_grpo_math.py (env: math), run_grpo_rm.py (env:
-reward_model), run_dpo.py, run_rm.py. Rank 0 runs the driver against the Ray cluster the job started
-(RAY_ADDRESS is set; NeMo RL attaches to it) with W&B offline unless tracking says online; requeues
+reward_model), run_dpo.py, run_rm.py. Rank 0 runs the driver, under the job's own Python and from the
+checkout that Python imports nemo_rl from (`checkout`: the image's /opt/nemo-rl), against the Ray cluster
+the job started (RAY_ADDRESS is set; NeMo RL attaches to it) with W&B offline unless tracking says
+online. A driver that ends at its refusal to go on without GPUs raises GpuBoundary (the run's class
+gpu_boundary, with NeMo RL's file and line); requeues
 only while the driver's own end (max_num_steps or max_num_epochs, whichever first) is not reached;
 then converts the best step by checkpointing.metric_name to a HF folder, the stage's output.
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lineage.layout import RunDir
-from stages.contract import StageError
+from stages.contract import GpuBoundary, StageError
 
 #: Where the NeMo RL checkout lives in the nemo-rl image (v0.4.0.nemotron_3_nano).
 REPO = Path("/opt/nemo-rl")
@@ -33,6 +36,8 @@ REPO = Path("/opt/nemo-rl")
 #: image's build (prefetch_venvs.py) makes the Megatron policy worker's venv, that extra, and this wrapper.
 MCORE_PYTHON = "/usr/local/bin/python-MegatronPolicyWorker"
 OURS = ("backend", "algorithm")
+#: The driver's last lines kept to read a refusal from (its traceback ends there).
+TAIL_LINES = 200
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,7 @@ def _common(nodes: int, gpus_per_node: int, run_dir: Path, wandb: str, checkpoin
 
 
 def translate(rl: dict[str, Any], *, policy: Path, prompts: Path, prefs: Path, reward_model: Path,
-              nodes: int, gpus_per_node: int, run_dir: Path, wandb: str) -> tuple[Driver, dict[str, Any]]:
+              nodes: int, gpus_per_node: int, run_dir: Path, wandb: str, repo: Path = REPO) -> tuple[Driver, dict[str, Any]]:
     """Our `rl:` section -> (driver, NeMo RL config): the parent YAML in `defaults:`, the sections of
     the chosen algorithm only, and the data keys its driver reads."""
     algorithm = rl["algorithm"]
@@ -191,13 +196,13 @@ def translate(rl: dict[str, Any], *, policy: Path, prompts: Path, prefs: Path, r
         sections = {"dpo": rl["dpo"]}
         data = {"dataset_name": "PreferenceDataset", "train_data_path": str(prefs / "train.jsonl"),
                 "val_data_paths": {VAL_NAME: str(prefs / "validation.jsonl")}, "max_input_seq_length": seq}
-    cfg = {"defaults": str(REPO / drv.defaults), **sections, "policy": policy_cfg, "data": data,
+    cfg = {"defaults": str(repo / drv.defaults), **sections, "policy": policy_cfg, "data": data,
            **_common(nodes, gpus_per_node, run_dir, wandb, rl.get("checkpointing", {}))}
     return drv, cfg
 
 
 def translate_rm(rm: dict[str, Any], *, model: Path, prefs: Path, nodes: int, gpus_per_node: int, run_dir: Path,
-                 wandb: str) -> tuple[Driver, dict[str, Any]]:
+                 wandb: str, repo: Path = REPO) -> tuple[Driver, dict[str, Any]]:
     """Our `rm:` section (NeMo RL's `rm:` keys plus `policy` and `checkpointing`) -> run_rm.py's config."""
     drv = driver_for("rm")
     own = {k: v for k, v in rm.items() if k not in OURS + ("policy", "checkpointing")}
@@ -206,24 +211,56 @@ def translate_rm(rm: dict[str, Any], *, model: Path, prefs: Path, nodes: int, gp
     data = {"dataset_name": "PreferenceDataset", "train_data_path": str(prefs / "train.jsonl"),
             "val_data_paths": {VAL_NAME: str(prefs / "validation.jsonl")},
             "max_input_seq_length": policy_cfg.get("max_total_sequence_length")}
-    cfg = {"defaults": str(REPO / drv.defaults), "rm": own, "policy": policy_cfg, "data": data,
+    cfg = {"defaults": str(repo / drv.defaults), "rm": own, "policy": policy_cfg, "data": data,
            **_common(nodes, gpus_per_node, run_dir, wandb, rm.get("checkpointing", {}))}
     return drv, cfg
 
 
-def command(drv: Driver, config_path: Path, python: str = sys.executable) -> list[str]:
+def command(drv: Driver, config_path: Path, python: str = sys.executable, repo: Path = REPO) -> list[str]:
     """The driver command; NeMo RL reads overrides from the config file only (nothing on the line)."""
-    return [python, str(REPO / drv.script), "--config", str(config_path)]
+    return [python, str(repo / drv.script), "--config", str(config_path)]
 
 
-def export_command(step_dir: Path, out: Path, megatron: bool = True) -> list[str]:
+def checkout() -> Path:
+    """The NeMo RL checkout whose drivers the job runs: the one this Python imports nemo_rl from (the
+    image: /opt/nemo-rl, its Dockerfile's; the CPU twin: its own copy of the same commit), else REPO."""
+    import nemo_rl
+
+    here = Path(nemo_rl.__file__).resolve().parents[1]
+    return here if (here / "examples").is_dir() else REPO
+
+
+def run_driver(cmd: list[str], cwd: Path, env: dict) -> None:
+    """Run one of NeMo RL's programs, its output into the job's log as it comes. A non-zero exit whose
+    output ends in a refusal to go on without a GPU (its first GPU request on a machine with none) is
+    GpuBoundary, with the refusing file and line; any other is CalledProcessError, as before."""
+    from collections import deque
+
+    from lineage.failures import gpu_boundary
+
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    # One stream (stderr, where the job's log keeps tracebacks): the refusal is read in the order it was written.
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            tail.append(line)
+    sys.stderr.flush()
+    if proc.returncode:
+        where = gpu_boundary(tail)
+        if where:
+            raise GpuBoundary(where)
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+
+
+def export_command(step_dir: Path, out: Path, megatron: bool = True, repo: Path = REPO) -> list[str]:
     """The last step's checkpoint -> HF folder (NeMo RL's converters: Megatron, in the image's Python that
     has megatron.bridge, or DCP/DTensor, in its default Python)."""
     if megatron:
         weights = sorted((step_dir / "policy" / "weights").glob("iter_*"))[-1]
-        return [MCORE_PYTHON, str(REPO / "examples/converters/convert_megatron_to_hf.py"),
+        return [MCORE_PYTHON, str(repo / "examples/converters/convert_megatron_to_hf.py"),
                 "--config", str(step_dir / "config.yaml"), "--megatron-ckpt-path", str(weights), "--hf-ckpt-path", str(out)]
-    return [sys.executable, str(REPO / "examples/converters/convert_dcp_to_hf.py"), "--config", str(step_dir / "config.yaml"),
+    return [sys.executable, str(repo / "examples/converters/convert_dcp_to_hf.py"), "--config", str(step_dir / "config.yaml"),
             "--dcp-ckpt-path", str(step_dir / "policy" / "weights"), "--hf-ckpt-path", str(out)]
 
 
@@ -324,12 +361,12 @@ def check_config(config: dict[str, Any], stage: str, resources: dict[str, Any] |
     return problems
 
 
-def merged(drv: Driver, cfg: dict, run_dir: Path) -> dict:
+def merged(drv: Driver, cfg: dict, run_dir: Path, repo: Path = REPO) -> dict:
     """The config NeMo RL's drivers get: ours merged with its `defaults:` parents as its loader does."""
     from stages.backends import nemo_rl_checks
 
     beside = {Path(f).name: f for f in drv.beside}
-    return nemo_rl_checks.load(cfg, str(run_dir / "nemo_rl.yaml"), str(REPO), beside)
+    return nemo_rl_checks.load(cfg, str(run_dir / "nemo_rl.yaml"), str(repo), beside)
 
 
 def construction_problems(drv: Driver, cfg: dict, run_dir: Path, wandb: str, stage: str) -> list[str]:
@@ -469,8 +506,9 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     if not ctx.dist.is_main:
         return {}  # the other nodes only host Ray workers
     gpus = ctx.resources.gpus_per_node or 8
+    repo = checkout()
     where = dict(nodes=max(1, len(ctx.dist.nodes)), gpus_per_node=gpus, run_dir=ctx.run_dir,
-                 wandb=ctx.config.get("tracking", {}).get("wandb", "offline"))
+                 wandb=ctx.config.get("tracking", {}).get("wandb", "offline"), repo=repo)
     if stage == "rm":
         problem = sequence_classifier_problem(ctx.input("model"))
         if problem:      # before Ray, vLLM or any GPU work: NeMo RL would fail at its first model load
@@ -484,22 +522,23 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
                              prefs=ctx.inputs.get("prefs"), reward_model=ctx.inputs.get("reward_model"), **where)  # unused_inputs
         output = "model"
         megatron = bool((cfg["policy"].get("megatron_cfg") or {}).get("enabled"))
-    full = merged(drv, cfg, ctx.run_dir)
+    full = merged(drv, cfg, ctx.run_dir, repo)
     target = final_step(drv.keys, full, rows(drv, cfg))
     path = ctx.run_dir / "nemo_rl.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     for f in drv.beside:       # a parent's relative `defaults:` is looked up beside our config
-        (ctx.run_dir / Path(f).name).write_bytes((REPO / f).read_bytes())
+        (ctx.run_dir / Path(f).name).write_bytes((repo / f).read_bytes())
     # NeMo RL saves by itself before checkpointing.checkpoint_must_save_by and exits; the requeued
     # job resumes from the same checkpoint_dir.
-    subprocess.run(command(drv, path), check=True, cwd=REPO, env={**os.environ, **job_env(where["wandb"])})
+    run_driver(command(drv, path, repo=repo), cwd=repo, env={**os.environ, **job_env(where["wandb"])})
     steps = sorted(Path(cfg["checkpointing"]["checkpoint_dir"]).glob("step_*"), key=lambda p: int(p.name[5:]))
     if not steps:
         raise StageError(f"NeMo RL wrote no checkpoint under {cfg['checkpointing']['checkpoint_dir']}")
     if int(steps[-1].name[5:]) < target:
         ctx.requeue()  # stopped at its own deadline before its own end: resume in the next attempt
     out = ctx.output_dir(output)
-    subprocess.run(export_command(best_step(steps, full["checkpointing"]), out, megatron=megatron), check=True, cwd=REPO)
+    run_driver(export_command(best_step(steps, full["checkpointing"]), out, megatron=megatron, repo=repo), cwd=repo,
+               env=dict(os.environ))
     if stage == "rm":
         as_reward_model(out)
     return {output: out}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.triage import facts_of
-from lineage.failures import CLASSES, Facts, classify, error_names, retry_problem, spent
+from lineage.failures import CLASSES, Facts, classify, error_names, gpu_boundary, retry_problem, spent
 from runtime.errors import CorruptInput, UpstreamFailed
 from runtime.image import ImageLacks
 from stages.contract import Requeue, StageError
@@ -59,12 +59,72 @@ def test_exceptions_raised_in_the_job_get_their_class():
         "bad_input": [CorruptInput("input data is corrupt"), UpstreamFailed("upstream run x is FAILED")],
         "code_error": [raised(lambda: {}["missing"]), RuntimeError("failing on purpose")],
         "gate": [GateFailed("eval/exact_match 0.1 < 0.8")],
+        "gpu_boundary": [AssertionError("Megatron requires CUDA."),
+                         RuntimeError("No CUDA GPUs are available"),
+                         RuntimeError("Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU")],
     }
     for cls, errors in cases.items():
         for e in errors:
             assert classify(Facts(error=error_names(e), message=str(e))) == cls, (cls, e)
     assert classify(Facts(error=error_names(Requeue()), stop="time_limit")) == "time_limit"
     assert classify(Facts(error=error_names(Requeue()), stop="preempted")) == "preempted"
+
+
+UPSTREAM = """
+class ResourceInsufficientError(Exception):
+    pass
+
+
+def placement(kind, retries):
+    for i in range(retries):
+        try:
+            raise ResourceInsufficientError(f"Not enough {kind} available. Requested 8 {kind}, but only 0 are available.")
+        except ResourceInsufficientError as e:
+            print(e)
+    raise ResourceInsufficientError(f"Maximum number of retries reached ({retries}).")
+"""
+
+
+def test_a_programs_last_traceback_says_where_it_refused_to_go_on_without_a_gpu(tmp_path):
+    """A real Python's output: a library under nemo_rl/ that prints its refusal, retries, then raises (as NeMo
+    RL's placement groups do); the boundary is the last frame's file and line, with the GPU refusal it printed."""
+    import subprocess
+    import sys
+
+    lib = tmp_path / "nemo_rl" / "distributed"
+    lib.mkdir(parents=True)
+    (lib / "virtual_cluster.py").write_text(UPSTREAM)
+    line = UPSTREAM.splitlines().index('    raise ResourceInsufficientError(f"Maximum number of retries reached ({retries}).")') + 1
+
+    def ends(kind: str) -> list[str]:
+        p = subprocess.run([sys.executable, "-c", f"from nemo_rl.distributed import virtual_cluster as v; v.placement({kind!r}, 2)"],
+                           cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)})
+        assert p.returncode == 1
+        return (p.stdout + p.stderr).splitlines()
+
+    got = gpu_boundary(ends("GPUs"))
+    assert got == {"file": "nemo_rl/distributed/virtual_cluster.py", "line": line,
+                   "message": "Not enough GPUs available. Requested 8 GPUs, but only 0 are available.",
+                   "error": "nemo_rl.distributed.virtual_cluster.ResourceInsufficientError: Maximum number of retries reached (2)."}
+    assert classify(Facts(log_tail=tuple(ends("GPUs")))) == "gpu_boundary"
+    # The same error for CPUs is no GPU boundary: a retry or a bigger allocation may cure it.
+    assert gpu_boundary(ends("CPUs")) is None
+    assert classify(Facts(log_tail=tuple(ends("CPUs")))) == "code_error"
+    assert gpu_boundary(["Not enough GPUs available.", "done"]) is None   # a line without a traceback ends nothing
+    assert retry_problem({"gpu_boundary": 1}).startswith("cannot retry gpu_boundary")
+
+
+def test_an_exception_in_the_jobs_own_process_says_where_too():
+    """Megatron's CUDA assert raised in the stage's process: the job's entry reads its own traceback the same way."""
+    import traceback
+
+    def initialize():
+        assert False, "Megatron requires CUDA."
+
+    e = raised(initialize)
+    got = gpu_boundary("".join(traceback.format_exception(e)).splitlines())
+    assert got["file"] == "lineage/test_failures.py" and got["message"] == "Megatron requires CUDA."
+    assert got["line"] == initialize.__code__.co_firstlineno + 1
 
 
 def test_a_retry_budget_takes_only_transient_classes_and_counts():

@@ -14,24 +14,11 @@ import pytest
 import yaml
 
 from jobs import recipes
-from twin import NEMO_RL, require, run
+from twin import NEMO_RL, TOY, require, run
 
 require()
 pytestmark = pytest.mark.slow
 
-TOY = """
-import sys
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-words = ["<pad>", "<s>", "</s>", "<unk>", *"0123456789+=?"]
-tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
-fast.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-fast.save_pretrained(sys.argv[1])
-LlamaForCausalLM(LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                             num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)).save_pretrained(sys.argv[1])
-"""
 BOUNDARY = "nemo_rl/distributed/virtual_cluster.py"
 
 

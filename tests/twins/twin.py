@@ -13,6 +13,21 @@ VENV = ROOT / ".venv-nemo-rl"
 PY = VENV / "bin" / "python"
 NEMO_RL = VENV / "nemo-rl"          # NeMo RL 823fcc904's checkout, as /opt/nemo-rl in the image
 LOCK = NEMO_RL / "uv.lock"
+#: Run in the twin as `python -c TOY DIR`: a one-layer Llama and a character tokenizer with a chat template in
+#: DIR, the model NeMo RL's drivers load in the tests (the SFT model's stand-in).
+TOY = """
+import sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+words = ["<pad>", "<s>", "</s>", "<unk>", *"0123456789+=?"]
+tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+fast.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+fast.save_pretrained(sys.argv[1])
+LlamaForCausalLM(LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)).save_pretrained(sys.argv[1])
+"""
 
 
 def require() -> None:
