@@ -10,6 +10,7 @@ classified the same way by the local executor (`record_local_death`).
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from dataclasses import replace
 
@@ -84,6 +85,26 @@ def slurm_failure(store: Store, view: RunView, state: str, exit_code: str, job: 
     if state == "COMPLETED":
         return cls, f"{cls}: the job ended without recording its outputs"
     return cls, f"{cls}: Slurm ended the job: {state} exit {exit_code}"
+
+
+def exclude_failed_nodes(job: str) -> list[str]:
+    """A job Slurm requeued after its node failed goes to another: that instance's nodes join the
+    pending job's ExcNodeList (scontrol takes it only while the job pends; a node set down is not
+    scheduled anyway, but one that comes back, ReturnToService, would be). Returns the nodes added."""
+    from runtime.attempts import failure_facts, slurm_facts, slurm_output
+
+    facts = slurm_facts(job)
+    if facts is None or classify(failure_facts(facts)) != "node_failure":
+        return []
+    failed = [n for n in facts.get("NodeList", "").split(",") if n.strip() and n not in ("None", "(null)")]
+    shown = dict(w.split("=", 1) for w in slurm_output("scontrol", "show", "job", "-o", job).split() if "=" in w)
+    have = [n for n in shown.get("ExcNodeList", "").split(",") if n and n != "(null)"]
+    new = [n for n in failed if n not in have]
+    if new and shown.get("JobState") == "PENDING":
+        done = subprocess.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={','.join(have + new)}"],
+                              capture_output=True, text=True)
+        return new if done.returncode == 0 else []
+    return []
 
 
 def record_slurm_failure(store: Store, view: RunView, state: str, exit_code: str, job: str | None) -> None:

@@ -124,6 +124,13 @@ def test_a_node_set_down_under_the_job_is_a_node_failure_and_the_run_resumes_on_
         for state in ("drain", "down"):
             subprocess.run(["scontrol", "update", f"nodename={node}", f"state={state}", "reason=jobs node-failure test"],
                            check=True)
+        # Requeued, the job pends at least until its old credential expires (AuthInfo cred_expire=10):
+        # a `jobs status` then keeps it off the failed node for good, should that node come back.
+        job = job_of(store, run)
+        slurm_cluster.wait_until("the requeued job to pend", lambda: slurm_cluster.job_field(job, "JobState") == "PENDING",
+                                 deadline_s=60)
+        assert run_jobs(store, "status", run, env=penv).code == 0
+        assert node in slurm_cluster.job_field(job, "ExcNodeList").split(","), slurm_cluster.job_field(job, "ExcNodeList")
         view = wait(store, run, {"SUCCEEDED", "FAILED"}, deadline_s=300, env=penv)
     finally:   # ReturnToService=2 may have brought it back already (its slurmd registered again)
         if slurm_cluster.node_states().get(node, "").rstrip("*~#") in ("down", "drain", "drng", "fail"):
