@@ -224,8 +224,10 @@ def command(drv: Driver, config_path: Path, python: str = sys.executable, repo: 
 def checkout() -> Path:
     """The NeMo RL checkout whose drivers the job runs: the one this Python imports nemo_rl from (the
     image: /opt/nemo-rl, its Dockerfile's; the CPU twin: its own copy of the same commit), else REPO."""
-    import nemo_rl
-
+    try:
+        import nemo_rl
+    except ImportError:   # a Python without it: the driver's own start says so, from the image's path
+        return REPO
     here = Path(nemo_rl.__file__).resolve().parents[1]
     return here if (here / "examples").is_dir() else REPO
 
