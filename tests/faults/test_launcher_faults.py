@@ -341,13 +341,20 @@ def test_cancel_stops_a_real_local_run_and_only_it(sandbox):
     assert proc_start(attempt["pid"]) is None
 
 
+def _as_from_a_terminal() -> None:
+    """A shell at a terminal starts a command with SIGINT at its default. A process that ignores it
+    hands that on through exec, and Python then installs no KeyboardInterrupt: the test's worker may be
+    such a process (a library run in it earlier can leave SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_on_a_local_submit_leaves_no_traceback_and_every_view_says_cancelled(sandbox):
     """A Ctrl-C reaches the terminal's whole process group: `jobs` and submitit's controller."""
     box = sandbox
     submit = subprocess.Popen([JOBS, "--store", str(box.store), "submit", "testchain", "--stage", "count,double",
                                "count.steps=600", "count.step_s=0.5", "--force"],
                               env={**os.environ, **box.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+                              start_new_session=True, preexec_fn=_as_from_a_terminal)
     box.procs.append(submit)
     s = Store(box.store)
     run, attempt = first_running_attempt(s)
