@@ -32,30 +32,39 @@ STAGE_PHASES = ("stage.load", "stage.train", "stage.save")
 SUMMED = ("queued", "elapsed_s", "cpu_hours", "gpu_hours")
 
 
-def _num(x) -> float | None:
+def num(x) -> float | None:
+    """A recorded number as a float; None for anything else (a missing field, a bool)."""
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def _submitted(view, attempt: dict) -> float | None:
     """When this attempt was handed to its executor, as recorded."""
-    start = _num(attempt.get("batch_start")) or _num(attempt.get("start"))
-    jobs = [j for j in view.jobs if _num(j.get("time")) is not None]
+    start = num(attempt.get("batch_start")) or num(attempt.get("start"))
+    jobs = [j for j in view.jobs if num(j.get("time")) is not None]
     mine = [j for j in jobs if attempt.get("job_id") and str(j.get("job_id")) == str(attempt["job_id"])]
     before = [j for j in (mine or jobs) if start is None or j["time"] <= start]
     if before:
         return max(j["time"] for j in before)
-    return _num(getattr(view.spec, "created", None)) if not jobs else None
+    return num(getattr(view.spec, "created", None)) if not jobs else None
+
+
+def queue_span(view, attempt: dict) -> tuple[float | None, float | None]:
+    """(submitted, began): the ends of an attempt's `queued`. sacct's Submit and Start where its usage
+    holds both, else its submission as recorded and the batch script's first line (or the stage entry)."""
+    used = attempt.get("usage") or {}
+    sub, began = num(used.get("submit")), num(used.get("start"))
+    if sub is None or began is None:   # no accounting of its own: from the recorded times
+        start, batch = num(attempt.get("start")), num(attempt.get("batch_start"))
+        sub, began = _submitted(view, attempt), batch if batch is not None else start
+    return sub, began
 
 
 def waits(view) -> list[dict]:
     """[{"attempt": n, "queued": s | None, "boot": s | None}] for each attempt of a run view."""
     out = []
     for a in view.attempts:
-        start, batch = _num(a.get("start")), _num(a.get("batch_start"))
-        used = a.get("usage") or {}
-        sub, began = _num(used.get("submit")), _num(used.get("start"))
-        if sub is None or began is None:   # no accounting of its own: from the recorded times
-            sub, began = _submitted(view, a), batch if batch is not None else start
+        start, batch = num(a.get("start")), num(a.get("batch_start"))
+        sub, began = queue_span(view, a)
         out.append({"attempt": a.get("attempt"),
                     "queued": round(began - sub, 3) if began is not None and sub is not None and began >= sub else None,
                     "boot": round(start - batch, 3) if start is not None and batch is not None and start >= batch else None})
@@ -128,7 +137,7 @@ def instance_of(attempt: dict, instances: list[dict]) -> dict | None:
     """The job instance an attempt ran in: the latest to start at or before the attempt's batch
     script (a requeued job's attempts share its id); None until sacct has seen that instance end
     (its Elapsed still grows, and an earlier instance must not stand in for it)."""
-    began = _num(attempt.get("batch_start")) or _num(attempt.get("start"))
+    began = num(attempt.get("batch_start")) or num(attempt.get("start"))
     if began is None:
         return None
     fits = [i for i in instances if i["start"] is not None and i["start"] <= began + START_SLACK_S]
@@ -154,11 +163,11 @@ def usage(view) -> list[dict]:
         if view.spec.executor == "slurm":
             used = {**NOT_MEASURED, **(a.get("usage") or {})}
         else:
-            start, end = _num(a.get("start")), _num(a.get("end"))
+            start, end = num(a.get("start")), num(a.get("end"))
             elapsed = round(end - start, 3) if start is not None and end is not None and end >= start else None
             res = view.spec.resources or {}
             cpus, gpus = _allocation(res)
-            mem = _num(res.get("mem_gb"))
+            mem = num(res.get("mem_gb"))
             used = {**NOT_MEASURED, "source": "local", "elapsed_s": elapsed, "cpus": cpus, "gpus": gpus,
                     "mem_bytes": int(mem * (1 << 30)) if mem is not None else None,
                     "cpu_hours": hours(elapsed, cpus), "gpu_hours": hours(elapsed, gpus)}
@@ -182,7 +191,7 @@ def run_cost(view) -> dict:
     return {"run": view.id, "recipe": view.spec.recipe, "stage": view.spec.stage, "state": view.state,
             "attempts": len(view.attempts), "unmeasured": sum(u["elapsed_s"] is None for u in used),
             "queued": _sum(queued.values()),
-            "phases": {p: _sum(_num(ph.get(p)) for ph in phases) for p in (*PHASES, *STAGE_PHASES)},
+            "phases": {p: _sum(num(ph.get(p)) for ph in phases) for p in (*PHASES, *STAGE_PHASES)},
             "elapsed_s": _sum(u["elapsed_s"] for u in used), "cpu_hours": _sum(u["cpu_hours"] for u in used),
             "gpu_hours": _sum(u["gpu_hours"] for u in used),
             "max_rss_bytes": max((u["max_rss_bytes"] for u in used if u["max_rss_bytes"] is not None), default=None)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from jobs.cost import PHASES, usage, waits
+from jobs.cost import PHASES, num, queue_span, waits
 
 #: The drawing's width in pixels: the label column, then the time axis.
 WIDTH, LABEL_W, ROW_H, BAR_H = 1100, 230, 24, 14
@@ -18,27 +18,20 @@ COLORS = {"queued": "#d0d0d0", "boot": "#9e9e9e", "verify": "#8fb8de", "ray_star
           "ray_stop": "#e08a3c", "gate": "#b07cc6", "register": "#c9a227"}
 
 
-def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
 def bars(view) -> list[dict]:
     """Each attempt's bars: {attempt, kind, t (epoch start), seconds}, from the run's records."""
     out = []
     waited = {w["attempt"]: w for w in waits(view)}
-    used = {u["attempt"]: u for u in usage(view)}
     for a in view.attempts:
-        n, start, batch = a.get("attempt"), _num(a.get("start")), _num(a.get("batch_start"))
-        w, u = waited.get(n, {}), used.get(n, {})
-        began = _num(u.get("start")) if u.get("source") == "sacct" and _num(u.get("start")) is not None else \
-            (batch if batch is not None else start)
-        if w.get("queued") is not None and began is not None:
-            out.append({"attempt": n, "kind": "queued", "t": began - w["queued"], "seconds": w["queued"]})
+        n, start, batch = a.get("attempt"), num(a.get("start")), num(a.get("batch_start"))
+        w = waited.get(n, {})
+        if w.get("queued") is not None:   # from its submission to its start, as waits() measured it
+            out.append({"attempt": n, "kind": "queued", "t": queue_span(view, a)[0], "seconds": w["queued"]})
         if w.get("boot") is not None:
             out.append({"attempt": n, "kind": "boot", "t": batch, "seconds": w["boot"]})
         t = start
         for p in PHASES:
-            secs = _num((a.get("phases") or {}).get(p))
+            secs = num((a.get("phases") or {}).get(p))
             if secs is not None and t is not None:
                 out.append({"attempt": n, "kind": p, "t": t, "seconds": secs})
                 t += secs
