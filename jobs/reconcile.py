@@ -80,12 +80,12 @@ def reconcile(store: Store, view: RunView, live: Live | None) -> RunView:
         from jobs.triage import record_slurm_failure
 
         record_slurm_failure(store, view, live.state, live.exit_code, slurm_job(view))
-    elif live.state == "PENDING" and view.open_attempts() and "_" not in (slurm_job(view) or "_"):
+    elif live.state == "PENDING" and view.open_attempts() and "_" not in (job := slurm_job(view) or "_"):
         # Requeued by Slurm under a started attempt (the next one closes it and counts it against
-        # the budget): when its node failed, keep the job off that node.
+        # the budget): when its node failed, keep the job off that node. (An array task's point: not here.)
         from jobs.triage import exclude_failed_nodes
 
-        exclude_failed_nodes(slurm_job(view))
+        exclude_failed_nodes(job)
         return view
     else:
         return view
