@@ -46,7 +46,12 @@ for p in "$venv" $base; do wait "$p" || failed=1; done
 # imported for Charliecloud, once per set-up; it needs .venv, the registry and the base.
 image=
 [ "$failed" = 0 ] && { step image "$root/dev/containers/image.sh" & image=$!; }
-for p in "$bridge" "$twin" $slurm $image; do wait "$p" || failed=1; done
+# The CPU twins of NVIDIA's images as images (pushed, pinned in the machine's lock as twin-NAME, imported),
+# once per set-up; each needs its twin venv, the registry and the base.
+wait "$twin" || failed=1
+twin_images=
+[ "$failed" = 0 ] && { step twin_images "$root/dev/containers/twin_image.sh" nemo-rl & twin_images=$!; }
+for p in "$bridge" $slurm $image $twin_images; do wait "$p" || failed=1; done
 [ "$failed" = 0 ] || { echo "dev/test.sh: set-up failed (see above)" >&2; exit 1; }
 rm -rf "$logs"
 trap 'rm -f "$steps"' EXIT

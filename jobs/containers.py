@@ -48,7 +48,8 @@ REFERENCE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+
 def pin(name: str, digest: str, path: Path | None = None, image: str | None = None) -> Image:
     """Write `digest` (and `image`, when given) for `name` into a lock, atomically, keeping every other
     line as it was. The lock is `path`, else $JOBS_CONTAINERS_LOCK, else the committed one; an entry
-    the machine's lock lacks is added to it. Every value is written YAML-quoted, and the new text is
+    the machine's lock lacks is added to it, and with `image` the machine's lock may name an image of its
+    own, one the committed lock lacks (a site's image; the dev cluster's CPU twins). Every value is written YAML-quoted, and the new text is
     read back through the lock's one reader (containers.parse_lock) before it replaces the old: it
     must say exactly what was pinned and keep every other entry as it was."""
     from lineage.records import atomic_write
@@ -59,14 +60,14 @@ def pin(name: str, digest: str, path: Path | None = None, image: str | None = No
         raise ExecutorError(f"bad image {image!r}: expected registry/repo:tag")
     path = path or pins.override() or pins.LOCK
     known = load_lock(path) if path != pins.override() else load_lock()
-    if name not in known:
+    if name not in known and not (image and path == pins.override()):
         raise ExecutorError(f"container {name!r} is not in {path} (images: {', '.join(sorted(known)) or 'none'})")
     text = path.read_text() if path.is_file() else ""
     partial = path == pins.override()
     old = pins.parse_lock(text, path, partial)
     want = {**old.get(name, {}), "digest": digest, **({"image": image} if image else {})}
     if name not in old:     # the machine's lock: a new entry of its own
-        want["image"] = image or known[name].image
+        want["image"] = image or known[name].image   # `image` is given when `known` lacks it
         new = text + ("" if not text or text.endswith("\n") else "\n") + \
             f"{_quoted(name)}:\n  image: {_quoted(want['image'])}\n  digest: {_quoted(digest)}\n"
     else:

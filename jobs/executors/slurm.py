@@ -185,6 +185,10 @@ def check_script(params: dict, paths: dict[str, Path], container: bool = False) 
         walk(key, value)
 
 
+#: ch-run's flag for the image's own environment (its config's ENV, which ch-image keeps in /ch/environment).
+CH_ENV = ("--set-env",)
+
+
 def python_for(image: containers.Image | None, here: str = sys.executable, profile: profiles.Profile | None = None,
                store_root: Path | None = None, code_root: Path = PROJECT_ROOT, bundle: Path | None = None,
                squashfs: Path | None = None) -> str:
@@ -193,9 +197,12 @@ def python_for(image: containers.Image | None, here: str = sys.executable, profi
     Outside a container, this environment's (`here`) through runtime.hold_usr2, which holds an early
     USR2 until submitit can take it. In a container, the image's `python3` through runtime.bootstrap
     (the same hold, then the runtime bundle): under pyxis srun's flags name the image; under
-    Charliecloud the command is `ch-run --home --bind=… --cd=CODE SQUASHFS -- python3 …`, started with USR2
-    ignored, because ch-run stays behind as the squashfs's FUSE server and Slurm signals every process
-    of the step (runtime.hold_usr2 restores the signal's default in the job itself).
+    Charliecloud the command is `ch-run --home --set-env --bind=… --cd=CODE SQUASHFS -- python3 …`, started
+    with USR2 ignored, because ch-run stays behind as the squashfs's FUSE server and Slurm signals every
+    process of the step (runtime.hold_usr2 restores the signal's default in the job itself).
+    `--set-env` applies the image's own ENV, as pyxis does: NVIDIA's nemo-rl image finds its Python
+    through it (PATH starts with /opt/nemo_rl_venv/bin); without it `python3` is the system one, which
+    has neither Ray nor NeMo RL.
     """
     if image is None:
         return f"{shlex.quote(here)} -u -m runtime.hold_usr2"
@@ -208,7 +215,7 @@ def python_for(image: containers.Image | None, here: str = sys.executable, profi
     binds = [f"--bind={m}" for m in mounts(store_root, code_root, bundle, profile)]
     # --home: the user's home, writable, at /home/$USER (caches: Hugging Face, W&B), as on the host;
     # the squashfs itself is read-only.
-    ch_run = shlex.join(["ch-run", "--home", *binds, f"--cd={code_root}", str(squashfs), "--"])
+    ch_run = shlex.join(["ch-run", "--home", *CH_ENV, *binds, f"--cd={code_root}", str(squashfs), "--"])
     return f"""sh -c 'trap "" USR2; exec "$@"' sh {ch_run} {inner}"""
 
 
@@ -332,7 +339,7 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
     env = {**os.environ, "USER": os.environ.get("USER") or "root"}
     env.pop("PYTHONPATH", None)
     try:
-        p = subprocess.run(["ch-run", *binds, str(where.squashfs), "--", "python3", "-c", check],
+        p = subprocess.run(["ch-run", *CH_ENV, *binds, str(where.squashfs), "--", "python3", "-c", check],
                            capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise ExecutorError(f"image {image.reference}: ch-run did not answer within 300 s") from None

@@ -61,6 +61,16 @@ def test_a_machine_lock_overrides_the_committed_one_and_pin_writes_only_it(lock,
     assert containers.resolve("tiny-cpu").digest == "sha256:" + "34" * 32
     with pytest.raises(ExecutorError, match="bad image"):
         containers.pin("tiny-cpu", "sha256:" + "34" * 32, image="a b")
+    # An image of the machine's own (a CPU twin), which the committed lock lacks: only with its reference,
+    # and only into the machine's lock.
+    with pytest.raises(ExecutorError, match="'twin-x' is not in"):
+        containers.pin("twin-x", "sha256:" + "56" * 32)
+    containers.pin("twin-x", "sha256:" + "56" * 32, image="127.0.0.1:5443/jobs/twin-x:1")
+    assert containers.resolve("twin-x").reference == "127.0.0.1:5443/jobs/twin-x@sha256:" + "56" * 32
+    assert lock.read_text() == before
+    monkeypatch.delenv("JOBS_CONTAINERS_LOCK")
+    with pytest.raises(ExecutorError, match="'twin-y' is not in"):
+        containers.pin("twin-y", "sha256:" + "56" * 32, image="127.0.0.1:5443/jobs/twin-y:1")
 
 
 def test_import_is_named_by_digest_never_by_tag(lock):

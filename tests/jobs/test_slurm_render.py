@@ -193,7 +193,7 @@ def test_a_charliecloud_job_runs_ch_run_with_usr2_ignored_and_the_same_bootstrap
     text, _ = in_image("charliecloud", container_mounts=["/data:/data"])
     srun = next(line for line in text.splitlines() if line.startswith("srun "))
     assert "--container-image" not in text
-    assert ("""sh -c 'trap "" USR2; exec "$@"' sh ch-run --home --bind=/lustre/store:/lustre/store --bind=/data:/data """
+    assert ("""sh -c 'trap "" USR2; exec "$@"' sh ch-run --home --set-env --bind=/lustre/store:/lustre/store --bind=/data:/data """
             f"--cd={SNAPSHOT} /shared/images/nemo-rl.sqsh -- python3 -u -m runtime.bootstrap -u -m submitit.core._submit") in srun
     assert f"export PYTHONPATH={SNAPSHOT}\n" in text and f"export JOBS_RUNTIME_BUNDLE={BUNDLE}\n" in text
     assert 'export USER="${USER:-$(id -un)}"' in text

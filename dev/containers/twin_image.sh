@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# twin_image.sh NAME: the CPU twin of an NVIDIA image as an image of its own, run by the dev cluster's
+# jobs as the image itself would be. NAME is the image's name in containers.lock (nemo-rl); the image is
+# pushed as $registry_addr/jobs/twin-NAME, pinned by digest as `twin-NAME` in the dev lock, imported
+# to a squashfs for Charliecloud.
+#   rootfs   rootfs.sh's Debian bookworm (python3 3.11)
+#   python   the twin's venv (dev/twin_venv.sh) moved to where the image keeps its Python, NVIDIA's
+#            source to where the image keeps its checkout; the venv's interpreter links, script
+#            shebangs and path files rewritten to those places, its base interpreter the image's
+#            /usr/bin/python3.11 (the venv was built by the same minor, 3.11)
+#   env      the image's ENV, from NVIDIA's own Dockerfile (dockerfile_env.py): PATH starts with the
+#            venv's bin, as in the image; in the image's config (oci_layout.py)
+#   push     skopeo copy oci: -> https://$registry_addr/jobs/twin-NAME:COMMIT, digest from the registry
+#   pin      `jobs containers pin twin-NAME` into the dev lock; import: `jobs containers import`
+# Builds once per set-up: a stamp keyed on these scripts, the base and the twin venv's own stamp (which
+# keys on its lock and sources); a second run checks that the registry serves the pinned digest.
+# Needs: dev/setup.sh (.venv), the twin venv, dev/containers/registry.sh, rootfs.sh. Root.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+. "$here/env.sh"
+name=${1:?usage: twin_image.sh nemo-rl}
+case $name in
+  nemo-rl)
+    venv=$root/.venv-nemo-rl           # dev/twin_venv.sh
+    python_at=/opt/nemo_rl_venv        # the image's default venv (NeMo RL's docker/Dockerfile)
+    source_in_venv=nemo-rl             # NeMo RL's checkout, /opt/nemo-rl in the image
+    source_at=/opt/nemo-rl
+    dockerfile=$venv/nemo-rl/docker/Dockerfile
+    commit=823fcc904
+    build_args=(NEMO_RL_COMMIT=$commit)
+    ;;
+  *) echo "twin_image.sh: no twin named $name" >&2; exit 2 ;;
+esac
+repo=jobs/twin-$name
+ref=$registry_addr/$repo:$commit
+jobs=("$root/.venv/bin/python" -m jobs.cli)
+export PYTHONPATH=$root JOBS_CONTAINERS_LOCK=$dev_lock
+twin_stamp=$(cd "$venv" && ls .installed-* 2>/dev/null) || { echo "twin_image.sh: $venv is not built (dev/twin_venv.sh)" >&2; exit 1; }
+key=$( { cat "$here/twin_image.sh" "$here/rootfs.sh" "$here/env.sh" "$here/oci_layout.py" "$here/dockerfile_env.py"
+         echo "$twin_stamp"; } | sha256sum | cut -c1-16)
+stamp=$image_dir/twin-$name-$key
+if [ -f "$stamp" ]; then
+  digest=$(cat "$stamp")
+  served=$(skopeo inspect --format '{{.Digest}}' "docker://$registry_addr/$repo@$digest" 2>/dev/null || true)
+  if [ "$served" = "$digest" ] && "${jobs[@]}" containers list | grep -q "@$digest"; then
+    "${jobs[@]}" containers import "twin-$name" --runtime charliecloud --dir "$sqsh_dir"
+    exit 0
+  fi
+fi
+
+t0=$SECONDS
+build=$image_dir/twin-$name-build
+rm -rf "$build"
+mkdir -p "$build/rootfs" "$sqsh_dir"
+"$here/rootfs.sh"
+tar -C "$build/rootfs" -xf "$image_dir"/base-*.tar
+rootfs=$build/rootfs
+dest=$rootfs$python_at
+mkdir -p "$dest" "$rootfs$source_at"
+tar -C "$venv" --exclude="./$source_in_venv" --exclude='./.installed-*' -cf - . | tar -C "$dest" -xf -
+tar -C "$venv/$source_in_venv" -cf - . | tar -C "$rootfs$source_at" -xf -
+# The venv's base interpreter: the image's own. Its scripts and path files: the image's places.
+version=$(chroot "$rootfs" /usr/bin/python3.11 -c 'import platform; print(platform.python_version())')
+printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = %s\nexecutable = /usr/bin/python3.11\n' \
+  "$version" >"$dest/pyvenv.cfg"
+ln -sfn /usr/bin/python3.11 "$dest/bin/python3.11"
+grep -lI "^#!$venv/bin/python" "$dest"/bin/* | xargs -r sed -i "1s|^#!$venv/bin/python|#!$python_at/bin/python|"
+for pth in "$dest"/lib/python3.11/site-packages/*.pth; do
+  sed -i -e "s|$venv/$source_in_venv|$source_at|g" -e "s|$venv|$python_at|g" "$pth"
+done
+"$root/.venv/bin/python" "$here/dockerfile_env.py" "$dockerfile" "${build_args[@]}" >"$build/env"
+# The image's Python, as a job there gets it (the config's PATH, nothing of the host's): NVIDIA's
+# library and the image's Ray, and nothing of this project's launcher (cloudpickle is in the lock: mlflow, ray).
+chroot "$rootfs" env -i $(grep '^PATH=' "$build/env") HOME=/root python3 -c "import sys, importlib.util as u, ray, nemo_rl
+assert sys.prefix == '$python_at', sys.prefix
+extra = [m for m in ('submitit', 'jobs', 'runtime') if u.find_spec(m)]
+assert not extra, extra
+print('twin: python3 is', sys.executable, sys.version.split()[0], 'ray', ray.__version__, 'nemo_rl at', nemo_rl.__path__[0])"
+find "$rootfs" -name __pycache__ -prune -exec rm -rf {} +
+echo "twin: rootfs after $((SECONDS - t0)) s, $(du -sm "$rootfs" | cut -f1) MB"
+
+tar -C "$rootfs" --numeric-owner --sort=name --exclude='./dev/*' -cf "$build/rootfs.tar" .
+rm -rf "$rootfs"
+"$root/.venv/bin/python" "$here/oci_layout.py" "$build/oci" "$build/rootfs.tar" "$commit" "$build/env"
+skopeo copy -q --preserve-digests "oci:$build/oci:$commit" "docker://$ref"
+digest=$(skopeo inspect --format '{{.Digest}}' "docker://$ref")
+echo "twin: pushed $ref@$digest, $(du -m "$build/rootfs.tar" | cut -f1) MB uncompressed, after $((SECONDS - t0)) s"
+rm -rf "$build"
+
+"${jobs[@]}" containers pin "twin-$name" --digest "$digest" --image "$ref"
+"${jobs[@]}" containers import "twin-$name" --runtime charliecloud --dir "$sqsh_dir"
+echo "twin: $name built, pushed, pinned and imported in $((SECONDS - t0)) s"
+echo "$digest" >"$stamp.tmp" && mv "$stamp.tmp" "$stamp"
