@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # twin_image.sh NAME: the CPU twin of an NVIDIA image as an image of its own, run by the dev cluster's
-# jobs as the image itself would be. NAME is the image's name in containers.lock (nemo-rl); the image is
+# jobs as the image itself would be. NAME is the image's name in containers.lock (nemo-rl, nemo); the image is
 # pushed as $registry_addr/jobs/twin-NAME, pinned by digest as `twin-NAME` in the dev lock, imported
 # to a squashfs for Charliecloud.
 #   rootfs   rootfs.sh's Debian bookworm (python3 3.11)
@@ -19,16 +19,27 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 . "$here/env.sh"
-name=${1:?usage: twin_image.sh nemo-rl}
+name=${1:?usage: twin_image.sh nemo-rl|nemo}
+# Per twin: its venv, where the image keeps its Python, the upstream checkouts (a folder of the venv, then
+# where the image has it), the Dockerfile the image's environment is read from, what must import there.
 case $name in
-  nemo-rl)
-    venv=$root/.venv-nemo-rl           # dev/twin_venv.sh
-    python_at=/opt/nemo_rl_venv        # the image's default venv (NeMo RL's docker/Dockerfile)
-    source_in_venv=nemo-rl             # NeMo RL's checkout, /opt/nemo-rl in the image
-    source_at=/opt/nemo-rl
+  nemo-rl)   # NeMo RL's docker/Dockerfile: /opt/nemo_rl_venv, the checkout at /opt/nemo-rl
+    venv=$root/.venv-nemo-rl
+    python_at=/opt/nemo_rl_venv
+    sources=("nemo-rl:/opt/nemo-rl")
     dockerfile=$venv/nemo-rl/docker/Dockerfile
     commit=823fcc904
     build_args=(NEMO_RL_COMMIT=$commit)
+    imports="ray, nemo_rl"
+    ;;
+  nemo)      # Megatron-Bridge's docker/Dockerfile.ci: /opt/venv, Bridge at /opt/Megatron-Bridge, its Megatron-LM in 3rdparty/
+    venv=$root/.venv-nemo
+    python_at=/opt/venv
+    sources=("Megatron-Bridge:/opt/Megatron-Bridge" "Megatron-LM:/opt/Megatron-Bridge/3rdparty/Megatron-LM")
+    dockerfile=$venv/Megatron-Bridge/docker/Dockerfile.ci
+    commit=1cedb0a9c
+    build_args=()
+    imports="ray, megatron.core, transformers; assert u.find_spec('megatron.bridge')"
     ;;
   *) echo "twin_image.sh: no twin named $name" >&2; exit 2 ;;
 esac
@@ -36,7 +47,7 @@ repo=jobs/twin-$name
 ref=$registry_addr/$repo:$commit
 jobs=("$root/.venv/bin/python" -m jobs.cli)
 export PYTHONPATH=$root JOBS_CONTAINERS_LOCK=$dev_lock
-twin_stamp=$(cd "$venv" && ls .installed-* 2>/dev/null) || { echo "twin_image.sh: $venv is not built (dev/twin_venv.sh)" >&2; exit 1; }
+venv=$(cd "$venv" 2>/dev/null && pwd -P) && twin_stamp=$(cd "$venv" && ls .installed-* 2>/dev/null) || { echo "twin_image.sh: $venv is not built (dev/twin_venv.sh)" >&2; exit 1; }
 key=$( { cat "$here/twin_image.sh" "$here/rootfs.sh" "$here/env.sh" "$here/oci_layout.py" "$here/dockerfile_env.py"
          echo "$twin_stamp"; } | sha256sum | cut -c1-16)
 stamp=$image_dir/twin-$name-$key
@@ -57,26 +68,32 @@ mkdir -p "$build/rootfs" "$sqsh_dir"
 tar -C "$build/rootfs" -xf "$image_dir"/base-*.tar
 rootfs=$build/rootfs
 dest=$rootfs$python_at
-mkdir -p "$dest" "$rootfs$source_at"
-tar -C "$venv" --exclude="./$source_in_venv" --exclude='./.installed-*' -cf - . | tar -C "$dest" -xf -
-tar -C "$venv/$source_in_venv" -cf - . | tar -C "$rootfs$source_at" -xf -
+mkdir -p "$dest"
+excludes=(--exclude='./.installed-*')
+for pair in "${sources[@]}"; do
+  from=${pair%%:*} to=${pair#*:}
+  excludes+=(--exclude="./$from")
+  mkdir -p "$rootfs$to"
+  tar -C "$venv/$from" -cf - . | tar -C "$rootfs$to" -xf -
+done
+tar -C "$venv" "${excludes[@]}" -cf - . | tar -C "$dest" -xf -
 # The venv's base interpreter: the image's own. Its scripts and path files: the image's places.
 version=$(chroot "$rootfs" /usr/bin/python3.11 -c 'import platform; print(platform.python_version())')
 printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = %s\nexecutable = /usr/bin/python3.11\n' \
   "$version" >"$dest/pyvenv.cfg"
 ln -sfn /usr/bin/python3.11 "$dest/bin/python3.11"
 grep -lI "^#!$venv/bin/python" "$dest"/bin/* | xargs -r sed -i "1s|^#!$venv/bin/python|#!$python_at/bin/python|"
-for pth in "$dest"/lib/python3.11/site-packages/*.pth; do
-  sed -i -e "s|$venv/$source_in_venv|$source_at|g" -e "s|$venv|$python_at|g" "$pth"
-done
+rewrite=()
+for pair in "${sources[@]}"; do rewrite+=(-e "s|$venv/${pair%%:*}|${pair#*:}|g"); done
+sed -i "${rewrite[@]}" -e "s|$venv|$python_at|g" "$dest"/lib/python3.11/site-packages/*.pth
 "$root/.venv/bin/python" "$here/dockerfile_env.py" "$dockerfile" "${build_args[@]}" >"$build/env"
 # The image's Python, as a job there gets it (the config's PATH, nothing of the host's): NVIDIA's
 # library and the image's Ray, and nothing of this project's launcher (cloudpickle is in the lock: mlflow, ray).
-chroot "$rootfs" env -i $(grep '^PATH=' "$build/env") HOME=/root python3 -c "import sys, importlib.util as u, ray, nemo_rl
+chroot "$rootfs" env -i $(grep '^PATH=' "$build/env") HOME=/root python3 -c "import sys, importlib.util as u, $imports
 assert sys.prefix == '$python_at', sys.prefix
 extra = [m for m in ('submitit', 'jobs', 'runtime') if u.find_spec(m)]
 assert not extra, extra
-print('twin: python3 is', sys.executable, sys.version.split()[0], 'ray', ray.__version__, 'nemo_rl at', nemo_rl.__path__[0])"
+print('twin: python3 is', sys.executable, sys.version.split()[0], 'ray', ray.__version__)"
 find "$rootfs" -name __pycache__ -prune -exec rm -rf {} +
 echo "twin: rootfs after $((SECONDS - t0)) s, $(du -sm "$rootfs" | cut -f1) MB"
 
