@@ -82,16 +82,19 @@ def needs_elsewhere(stage: dict) -> dict[str, dict[str, str]]:
     return {python: {m: f"{name}.{ELSEWHERE_KEY}={python}" for m in ELSEWHERE}} if python else {}
 
 
+#: `python -c FIND MODULE...` prints (JSON) the modules that Python cannot find, importing none of them.
+FIND = ("import importlib.util as u, json, sys\ndef has(m):\n    try:\n        return u.find_spec(m) is not None\n"
+        "    except (ImportError, ValueError):\n        return False\nprint(json.dumps([m for m in sys.argv[1:] if not has(m)]))")
+
+
 def missing_in(python: str, modules) -> list[str]:
     """The modules `python` (another interpreter) cannot find; all of them when it cannot run."""
     import json
     import subprocess
 
-    code = ("import importlib.util as u, json, sys\ndef has(m):\n    try:\n        return u.find_spec(m) is not None\n"
-            "    except (ImportError, ValueError):\n        return False\nprint(json.dumps([m for m in sys.argv[1:] if not has(m)]))")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
-        p = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, timeout=120, env=env,
+        p = subprocess.run([python, "-c", FIND, *modules], capture_output=True, text=True, timeout=120, env=env,
                            stdin=subprocess.DEVNULL)
         return json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else list(modules)
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
@@ -119,6 +122,13 @@ def lacks_message(gone: list[str], why: dict[str, str], image: str | None, stage
     return f"{where} lacks {', '.join(gone)}, which stage {stage} imports" + (f" ({reasons})" if reasons else "")
 
 
+def lacks_elsewhere_message(gone: list[str], why: dict[str, str], python: str, image: str | None, stage: str) -> str:
+    """One line: which modules another Python of the image lacks, and what in the config runs it."""
+    where = f"image {image}'s {python}" if image else python
+    return (f"{where} lacks {', '.join(gone)} (or does not run), which stage {stage} imports there "
+            f"({'; '.join(dict.fromkeys(why.values()))})")
+
+
 def check_image(stage: dict) -> None:
     """Raise ImageLacks when this interpreter lacks a module the stage needs."""
     why = needs(stage)
@@ -128,9 +138,7 @@ def check_image(stage: dict) -> None:
     for python, why in needs_elsewhere(stage).items():
         gone = missing_in(python, why)
         if gone:
-            where = f"image {os.environ[IMAGE_ENV]}'s {python}" if os.environ.get(IMAGE_ENV) else python
-            raise ImageLacks(f"{where} lacks {', '.join(gone)} (or does not run), which stage {stage['stage']} "
-                             f"imports there ({'; '.join(dict.fromkeys(why.values()))})")
+            raise ImageLacks(lacks_elsewhere_message(gone, why, python, os.environ.get(IMAGE_ENV), stage["stage"]))
 
 
 def ran_in() -> dict:

@@ -29,7 +29,8 @@ from lineage.layout import RUNTIME, RunDir, run_path, sweep_path
 from runtime import cpu
 from runtime.attempts import BATCH_START_ENV, USR2_LEAD_S
 from runtime.entry import StageJob
-from runtime.image import BUNDLE_ENV, IMAGE_ENV, NODE_ADDRS_ENV, lacks_message, needs
+from runtime.image import (BUNDLE_ENV, FIND, IMAGE_ENV, NODE_ADDRS_ENV, lacks_elsewhere_message, lacks_message, needs,
+                           needs_elsewhere)
 
 if TYPE_CHECKING:
     from jobs.plan import StagePlan
@@ -331,18 +332,17 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
             src = dst = str(Path(src).parent)   # not made yet (the store, the snapshot): its nearest folder
         binds.append(f"--bind={src}:{dst}")
     why = needs(vars(stage))   # runtime.image reads a run spec's fields by key
-    check = ("import importlib.util as u, json\n"
-             "def has(m):\n"
-             "    try:\n        return u.find_spec(m) is not None\n"
-             "    except (ImportError, ValueError):\n        return False\n"
-             f"print(json.dumps([m for m in {list(why)!r} if not has(m)]))")
     env = {**os.environ, "USER": os.environ.get("USER") or "root"}
     env.pop("PYTHONPATH", None)
-    try:
-        p = subprocess.run(["ch-run", *CH_ENV, *binds, str(where.squashfs), "--", "python3", "-c", check],
-                           capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise ExecutorError(f"image {image.reference}: ch-run did not answer within 300 s") from None
+
+    def ask(python: str, modules) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(["ch-run", *CH_ENV, *binds, str(where.squashfs), "--", python, "-c", FIND, *modules],
+                                  capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise ExecutorError(f"image {image.reference}: ch-run did not answer within 300 s") from None
+
+    p = ask("python3", why)
     if p.returncode != 0:
         lines = [line.strip() for line in (p.stderr or p.stdout).splitlines() if line.strip()]
         raise ExecutorError(f"image {image.reference} cannot start the job under ch-run: "
@@ -350,6 +350,13 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
     gone = json.loads(p.stdout.strip().splitlines()[-1])
     if gone:
         raise ExecutorError(lacks_message(gone, why, image.reference, _name(stage)))
+    # The image's other interpreters the stage runs code in (eval's vLLM engines): each must run and have
+    # its modules, asked the same way; the job asks again (runtime.image.check_image).
+    for python, why in needs_elsewhere(vars(stage)).items():
+        p = ask(python, why)
+        gone = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else list(why)
+        if gone:
+            raise ExecutorError(lacks_elsewhere_message(gone, why, python, image.reference, _name(stage)))
 
 
 @functools.cache
