@@ -31,6 +31,7 @@ step() {  # step NAME COMMAND...: run, then print its output; its exit status
 step setup "$root/dev/setup.sh" & venv=$!
 step bridge "$root/dev/bridge_venv.sh" & bridge=$!   # megatron-core + Megatron-Bridge on CPU (tests/stages/test_bridge_real.py)
 step twin "$root/dev/twin_venv.sh" & twin=$!   # the nemo-rl image's Python, CPU twin (tests/twins/)
+step twin_nemo "$root/dev/twin_venv.sh" nemo & twin_nemo=$!   # the nemo image's Python, CPU twin (tests/twins/)
 # Debian packages: chromium + graphviz for the report tests; Charliecloud, the registry, skopeo and
 # mmdebstrap for the container tests (none is skipped). Then side by side: the real Slurm cluster the
 # Slurm tests run against; the local TLS registry and the image's Debian base (dev/containers/).
@@ -46,7 +47,7 @@ for p in "$venv" $base; do wait "$p" || failed=1; done
 # imported for Charliecloud, once per set-up; it needs .venv, the registry and the base.
 image=
 [ "$failed" = 0 ] && { step image "$root/dev/containers/image.sh" & image=$!; }
-for p in "$bridge" "$twin" $slurm $image; do wait "$p" || failed=1; done
+for p in "$bridge" "$twin" "$twin_nemo" $slurm $image; do wait "$p" || failed=1; done
 [ "$failed" = 0 ] || { echo "dev/test.sh: set-up failed (see above)" >&2; exit 1; }
 rm -rf "$logs"
 trap 'rm -f "$steps"' EXIT
