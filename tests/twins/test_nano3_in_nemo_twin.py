@@ -1,5 +1,5 @@
-"""nano3's Megatron stages (pretrain and sft, `backend: megatron`) run as a job runs them, in the nemo image's
-CPU twin: a recorded run, the job's entry (runtime.entry.execute, started the way a container job starts:
+"""nano3's stages run as a job runs them, in the nemo image's CPU twin. The Megatron stages (pretrain and
+sft, `backend: megatron`): a recorded run, the job's entry (runtime.entry.execute, started the way a container job starts:
 runtime.bootstrap with the runtime bundle) in the twin's Python, the backend's run_stage (translate, the
 rendered overrides and scripts), and Megatron-Bridge 1cedb0a9c's own AutoBridge.import_ckpt of a toy
 model, from the twin's source under that Python. The machine has no GPU, so the run stops where Bridge
@@ -8,14 +8,21 @@ read from the import program's output, every phase before it done.
 
 The toy base is a one-layer Qwen2: AutoBridge builds its Megatron provider from the HF config and
 megatron-core's TransformerConfig checks it (on CPU); a Llama's provider asks for rope fusion, which
-needs Transformer Engine, absent from the twin (dev/twin_standins.txt)."""
+needs Transformer Engine, absent from the twin (dev/twin_standins.txt).
+
+The stages that need no GPU (prep_sft on the toy sources of tests/fixtures/nano3_sources, export of the toy
+model) run there to the end: their outputs registered, with the image's libraries."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from twin import NEMO_TWIN
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
 
 NEMO_TWIN.require()
 pytestmark = pytest.mark.slow
@@ -81,8 +88,9 @@ def toy(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("stage", list(STAGES))
-def test_nano3_megatron_stage_through_the_job_entry_stops_at_the_gpu_boundary(stage, toy, tmp_path):
+def through_the_entry(root: Path, stage: str, folders: dict[str, Path], kinds: dict[str, str], overrides: list[str]):
+    """nano3's `stage` recorded as the submit path records it, its inputs added with `jobs add` (as a user
+    brings their own), then run by the job's entry in the twin's Python: (store, run id, the process)."""
     from helpers import run_jobs
     from jobs import bundle
     from jobs.plan import make_plan
@@ -90,23 +98,29 @@ def test_nano3_megatron_stage_through_the_job_entry_stops_at_the_gpu_boundary(st
     from jobs.record import record
     from lineage import Store
 
-    roles, overrides = STAGES[stage]
-    root = tmp_path / "store"
-    for role, (folder, kind) in roles.items():   # as a user brings their own
-        added = run_jobs(root, "add", str(toy / folder), "--kind", kind, "--name", f"toy/{role}")
+    for role, folder in folders.items():
+        added = run_jobs(root, "add", str(folder), "--kind", kinds[role], "--name", f"toy/{role}")
         assert added.code == 0, added.err
     store = Store(root)
     for tries in range(5):   # the snapshot refuses code that changes under it (an edit in the checkout)
-        plan = make_plan(store, "nano3", stage, overrides=[f"base_model.hf_model_id={toy / 'model'}", *overrides],
-                         inputs=[f"{role}=toy/{role}:latest" for role in roles])
+        plan = make_plan(store, "nano3", stage, overrides=overrides, inputs=[f"{role}=toy/{role}:latest" for role in folders])
         try:
             (run_id,) = record(store, plan)
             break
         except CodeChanged:
             assert tries < 4
     shipped = bundle.store(bundle.collect(), root)   # submitit for the job's start, as a container job gets it
-
     r = NEMO_TWIN.run(["-c", EXECUTE, str(root), run_id], timeout=300, env={"JOBS_RUNTIME_BUNDLE": str(shipped)})
+    return store, run_id, r
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_nano3_megatron_stage_through_the_job_entry_stops_at_the_gpu_boundary(stage, toy, tmp_path):
+    roles, overrides = STAGES[stage]
+    root = tmp_path / "store"
+    store, run_id, r = through_the_entry(root, stage, {role: toy / folder for role, (folder, _) in roles.items()},
+                                         {role: kind for role, (_, kind) in roles.items()},
+                                         [f"base_model.hf_model_id={toy / 'model'}", *overrides])
     assert r.returncode != 0
     view = store.run(run_id)
     (attempt,) = view.attempts
@@ -125,6 +139,28 @@ def test_nano3_megatron_stage_through_the_job_entry_stops_at_the_gpu_boundary(st
     (imported,) = [t for t in r.stderr.split("Traceback (most recent call last):") if "bridge_import.py" in t.split("\n")[1]]
     assert "in import_ckpt" in imported and f"{BOUNDARY}\", line {refusal_line()}" in imported, imported
 
+    from helpers import run_jobs
+
     shown = run_jobs(root, "show", run_id)
     assert shown.code == 0, shown.err
     assert f"stopped at GPU boundary: {BOUNDARY}:{refusal_line()}" in shown.out and "class gpu_boundary" in shown.out, shown.out
+
+
+@pytest.mark.parametrize("stage", ["prep_sft", "export"])
+def test_nano3_cpu_stage_through_the_job_entry_succeeds_in_the_nemo_twin(stage, toy, tmp_path):
+    import make
+
+    if stage == "prep_sft":   # the sources made by the twin's libraries (its tokenizer files are transformers 4.57's)
+        r = NEMO_TWIN.run([make.__file__, str(tmp_path / "sources")])
+        assert r.returncode == 0, r.stderr[-2000:]
+        folders, kinds = {"tokenizer": tmp_path / "sources" / "tokenizer"}, {"tokenizer": "tokenizer"}
+        overrides = make.overrides(tmp_path / "sources")["prep_sft"]
+    else:
+        folders, kinds, overrides = {"model": toy / "model"}, {"model": "model"}, []
+    store, run_id, r = through_the_entry(tmp_path / "store", stage, folders, kinds, overrides)
+    view = store.run(run_id)
+    assert r.returncode == 0 and view.state == "SUCCEEDED", (view.attempts, r.stderr[-3000:])
+    assert view.attempts[-1]["python_executable"].startswith(str(NEMO_TWIN.venv))
+    from jobs import recipes
+
+    assert set(view.outputs) == set(recipes.load("nano3").stages[stage].outputs), view.outputs   # registered
