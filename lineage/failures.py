@@ -157,30 +157,25 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
 
 def gpu_boundary(lines) -> dict | None:
     """Where an upstream library refused to go on without a GPU, from its output's last lines: the last
-    traceback's last frame ({"file", "line"}: the file from the library's top package on, e.g.
-    nemo_rl/distributed/virtual_cluster.py; when torch itself refuses, the last frame outside torch,
-    the library's line that asked torch for CUDA, e.g. megatron/bridge/models/model_provider.py), the
-    refusal (`message`: the exception's, or the GPU refusal the library printed before it gave up, as
-    NeMo RL does after its retries) and the exception line (`error`); None when the output ends in no
-    such refusal."""
+    traceback that ends in a GPU refusal (a launcher's own traceback may follow it: torchrun's
+    ChildFailedError after its worker's), else the last traceback when the library printed its refusal
+    before it gave up (as NeMo RL does after its retries). Its last frame ({"file", "line"}: the file
+    from the library's top package on, e.g. nemo_rl/distributed/virtual_cluster.py; when torch itself
+    refuses, the last frame outside torch, the library's line that asked torch for CUDA, e.g.
+    megatron/bridge/models/model_provider.py), the refusal (`message`) and the exception line
+    (`error`); None when the output ends in no such refusal."""
     lines = [str(line).rstrip("\n") for line in lines]
-    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")),
-                default=None)
-    if start is None:
+    tracebacks = [_traceback(lines, i) for i, line in enumerate(lines)
+                  if line.startswith("Traceback (most recent call last)")]
+    tracebacks = [t for t in tracebacks if t]
+    if not tracebacks:
         return None
-    frames, error = [], None
-    for line in lines[start + 1:]:
-        m = _FRAME.match(line)
-        if m:
-            frames.append(m.groups())
-        elif frames and line and not line.startswith((" ", "\t")):
-            error = line.strip()
-            break
-    if not frames or not error:
-        return None
-    if GPU_REFUSAL.search(error):
+    refused = [t for t in tracebacks if GPU_REFUSAL.search(t[2])]
+    if refused:
+        _, frames, error = refused[-1]
         message = error.split(": ", 1)[-1] if _EXC_LINE.match(error) and ": " in error else error
     else:
+        start, frames, error = tracebacks[-1]
         said = [line.strip() for line in lines[:start] if GPU_REFUSAL.search(line)]
         if not said or not _EXC_LINE.match(error):
             return None
@@ -188,6 +183,18 @@ def gpu_boundary(lines) -> dict | None:
     where = [(_library_path(path), int(lineno)) for path, lineno in frames]
     path, lineno = next((f for f in reversed(where) if not f[0].startswith("torch/")), where[-1])
     return {"file": path, "line": lineno, "message": message, "error": error}
+
+
+def _traceback(lines: list[str], start: int) -> tuple[int, list, str] | None:
+    """The traceback starting at lines[start]: (start, its frames as (file, line), its exception line)."""
+    frames = []
+    for line in lines[start + 1:]:
+        m = _FRAME.match(line)
+        if m:
+            frames.append(m.groups())
+        elif frames and line and not line.startswith((" ", "\t")):
+            return start, frames, line.strip()
+    return None
 
 
 def _library_path(path: str) -> str:
