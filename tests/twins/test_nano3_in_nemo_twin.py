@@ -164,3 +164,30 @@ def test_nano3_cpu_stage_through_the_job_entry_succeeds_in_the_nemo_twin(stage, 
     from jobs import recipes
 
     assert set(view.outputs) == set(recipes.load("nano3").stages[stage].outputs), view.outputs   # registered
+
+
+#: What the rendered scripts import (launch.py's IMPORT, TRAIN, EXPORT), and where each must come from.
+IMPORTS = """
+import json, megatron.bridge, megatron.core
+from megatron.bridge import AutoBridge
+from megatron.bridge.training.pretrain import pretrain
+from megatron.bridge.training.finetune import finetune
+from megatron.bridge.training.gpt_step import forward_step
+try:
+    import megatron.bridge.recipes.nemotronh.nemotron_3_nano
+    recipe = None
+except ImportError as e:
+    recipe = e.name
+print(json.dumps({"bridge": megatron.bridge.__file__, "core": megatron.core.__file__, "recipe": recipe}))
+"""
+
+
+def test_the_twin_imports_what_the_rendered_scripts_import_from_the_pinned_sources():
+    """Bridge's src/ and the Megatron-LM tree on the path as the image's editable install has them; the
+    Nano-3 recipe lacks only Transformer Engine, which dev/twin_standins.txt lists as absent."""
+    r = NEMO_TWIN.run(["-W", "ignore", "-c", IMPORTS])
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["bridge"] == str(NEMO_TWIN.checkout / "src" / "megatron" / "bridge" / "__init__.py")
+    assert got["core"] == str(NEMO_TWIN.venv / "Megatron-LM" / "megatron" / "core" / "__init__.py")
+    assert got["recipe"] == "transformer_engine"
