@@ -1,9 +1,10 @@
 """What an NVIDIA image's own lock says its Python holds, for the CPU twins of the images (dev/twin_venv.sh).
 
     python dev/twin_lock.py pins UV_LOCK NAME...      NAME==VERSION for each NAME (the twin's requirements)
-    python dev/twin_lock.py constraints UV_LOCK       NAME==VERSION for every package the lock holds at one
-                                                      version from a registry (what the requirements pull in
-                                                      resolves to the image's versions too)
+    python dev/twin_lock.py constraints UV_LOCK [NAME...]   NAME==VERSION for every package the lock holds at
+                                                      one version from a registry (what the requirements pull
+                                                      in resolves to the image's versions too), but the NAMEs
+                                                      (stand-ins: torch, the machine's CPU build)
     python dev/twin_lock.py check UV_LOCK PYTHON NAME...   one line per NAME whose version in PYTHON's
                                                       environment differs from the lock; exit 1 if any
 
@@ -45,8 +46,10 @@ def pins(lock_text: str, names: list[str]) -> list[str]:
     return out
 
 
-def constraints(lock_text: str) -> list[str]:
-    return [f"{name}=={next(iter(vs))}" for name, vs in sorted(versions(lock_text).items()) if len(vs) == 1]
+def constraints(lock_text: str, leave: list[str] = ()) -> list[str]:
+    leave = {_canon(n) for n in leave}
+    return [f"{name}=={next(iter(vs))}" for name, vs in sorted(versions(lock_text).items())
+            if len(vs) == 1 and name not in leave]
 
 
 def installed(python: str, names: list[str]) -> dict[str, str | None]:
@@ -74,7 +77,7 @@ def main(argv: list[str]) -> int:
     if cmd == "pins":
         print("\n".join(pins(lock, argv[2:])))
     elif cmd == "constraints":
-        print("\n".join(constraints(lock)))
+        print("\n".join(constraints(lock, argv[2:])))
     elif cmd == "check":
         names = [_canon(n.split("[", 1)[0]) for n in argv[3:]]
         bad = mismatches(lock, installed(argv[2], names))

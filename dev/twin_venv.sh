@@ -1,42 +1,87 @@
 #!/usr/bin/env bash
-# Creates .venv-nemo-rl: a CPU twin of the Python that NVIDIA's nemo-rl image (v0.4.0.nemotron_3_nano,
-# NeMo RL 823fcc904) runs a job in, its default venv /opt/nemo_rl_venv: every library below at the version
-# of that image's own uv.lock (and whatever they pull in, held to the lock too), NeMo RL's source
-# from the pinned archive (JOBS_UPSTREAM_MIRROR, default ../shared/upstream; checked against its
-# SHA256SUMS), and nothing of ours. The tests run this project's job code in it (tests/twins/).
-# What differs from the image: Debian 12's Python 3.11 (the image: uv's 3.12; Debian 12 has no 3.12);
-# torch is this machine's CPU build 2.13.0 (the lock's 2.9.0 is a CUDA build: PyPI's wheel pulls ~3 GB of
-# CUDA libraries, and no CPU build of 2.9.0 can be fetched here), listed in dev/twin_standins.txt; no vLLM,
-# megatron-core, Megatron-Bridge or Transformer Engine (the worker venvs' libraries, not the default one's).
-# Idempotent: a second run with this file, dev/twin_lock.py, dev/uv.sh and the archive unchanged only checks the stamp.
+# Creates a CPU twin of the Python that one of NVIDIA's images runs a job in: every library the job's path
+# imports there at the version of that image's own uv.lock (and whatever they pull in, held to the lock
+# too: dev/twin_lock.py), NVIDIA's sources from the pinned archives (JOBS_UPSTREAM_MIRROR, default
+# ../shared/upstream; checked against its SHA256SUMS) on the path as the image has them, and nothing of
+# ours. The tests run this project's job code in it (tests/twins/).
+#
+#   dev/twin_venv.sh [nemo-rl]   .venv-nemo-rl: nvcr.io/nvidia/nemo-rl:v0.4.0.nemotron_3_nano's default venv
+#                                (/opt/nemo_rl_venv), NeMo RL 823fcc904
+#   dev/twin_venv.sh nemo        .venv-nemo: nvcr.io/nvidia/nemo:25.11.nemotron_3_nano's /opt/venv,
+#                                Megatron-Bridge 1cedb0a9c (nano-v3) and megatron-core terrykong/Megatron-LM@29e426c01
+#
+# What differs from both images: Debian 12's Python 3.11 (the images: 3.12; Debian 12 has no 3.12); torch
+# is this machine's CPU build 2.13.0 (the locks' 2.9.0 is a CUDA build: PyPI's wheel pulls ~3 GB of CUDA
+# libraries, and no CPU build of 2.9.0 can be fetched here). Each stand-in or absence is a row of
+# dev/twin_standins.txt, with its reason.
+# Idempotent: a second run with this file, dev/twin_lock.py, dev/uv.sh and the archives unchanged only checks the stamp.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv="$root/.venv-nemo-rl"
+twin=${1:-nemo-rl}
 mirror=${JOBS_UPSTREAM_MIRROR:-$root/../shared/upstream}
-archive=nemo-rl-823fcc904.tar.gz
-[ -f "$mirror/$archive" ] || { echo "twin_venv: $mirror/$archive is missing (set JOBS_UPSTREAM_MIRROR)" >&2; exit 1; }
-stamp="$venv/.installed-$(cat "$0" "$root/dev/twin_lock.py" "$root/dev/uv.sh" "$mirror/$archive" | sha256sum | cut -c1-16)"
+case "$twin" in
+  nemo-rl)
+    # NeMo RL's Dockerfile runs its drivers from its checkout (/opt/nemo-rl) without installing it. No vLLM,
+    # megatron-core, Megatron-Bridge or Transformer Engine: the worker venvs' libraries, not the default one's.
+    archives=(nemo-rl-823fcc904.tar.gz)
+    checkouts=(nemo-rl)
+    on_path=(nemo-rl)
+    lock=nemo-rl/uv.lock
+    # What the job's path imports in that Python before the first GPU call: Ray (ray[default], as NeMo RL's
+    # pyproject.toml), NeMo RL's config loader (omegaconf, hydra-core, pyyaml), tokenizer and data, and
+    # what examples/run_grpo_math.py imports (measured: each added until the import passed).
+    packages=("ray[default]" transformers tokenizers huggingface-hub safetensors omegaconf hydra-core pyyaml numpy
+              datasets math-verify wandb tensorboard torchdata nvidia-ml-py rich colored accelerate pyzmq uvicorn
+              fastapi mlflow swanlab)
+    extra=()
+    absent=()
+    ;;
+  nemo)
+    # The image's layout (Megatron-Bridge's docker/Dockerfile.ci): NVIDIA's PyTorch image (torch from its
+    # system Python), /opt/venv made with --system-site-packages and `uv sync --locked --all-extras
+    # --all-groups` from /opt/Megatron-Bridge, which installs Bridge editable (its src/ on the path) and
+    # megatron-core from 3rdparty/Megatron-LM. The twin matches: Bridge's src/ and the Megatron-LM tree on
+    # the path by a .pth, as the editable install has them; VIRTUAL_ENV and PATH are the venv's own.
+    archives=(megatron-bridge-1cedb0a9c.tar.gz megatron-lm-29e426c01.tar.gz)
+    checkouts=(Megatron-Bridge Megatron-LM)
+    on_path=(Megatron-Bridge/src Megatron-LM)
+    lock=Megatron-Bridge/uv.lock
+    # What the job's path imports there: the rendered scripts' Ray-free path (AutoBridge, Bridge's
+    # training/pretrain.py and finetune.py, gpt_step, the Nano-3 recipes) and what those import at module
+    # level (measured: each added until `import megatron.bridge.training.pretrain` and the recipe passed),
+    # plus ray, which Bridge's lock holds too. Not here: Transformer Engine, mamba-ssm, causal-conv1d and
+    # the other CUDA builds (dev/twin_standins.txt).
+    packages=("ray[default]" transformers tokenizers huggingface-hub safetensors omegaconf hydra-core pyyaml numpy
+              datasets einops tensorboard wandb rich six regex tqdm packaging sentencepiece tiktoken nvidia-modelopt)
+    # In the lock from git, not PyPI: PyPI's release of the same version (dev/twin_standins.txt).
+    extra=(nvidia-resiliency-ext==0.4.1)
+    # Kept out as Bridge's own pyproject does (override-dependencies: the image takes it from NVIDIA's
+    # PyTorch base): PyPI's build is for the CUDA torch, and transformers fails at import with it.
+    absent=(torchvision)
+    ;;
+  *) echo "twin_venv: no twin of image $twin (nemo-rl, nemo)" >&2; exit 2 ;;
+esac
+venv="$root/.venv-$twin"
+for a in "${archives[@]}"; do
+  [ -f "$mirror/$a" ] || { echo "twin_venv: $mirror/$a is missing (set JOBS_UPSTREAM_MIRROR)" >&2; exit 1; }
+done
+stamp="$venv/.installed-$(cat "$0" "$root/dev/twin_lock.py" "$root/dev/uv.sh" "${archives[@]/#/$mirror/}" | sha256sum | cut -c1-16)"
 [ -f "$stamp" ] && exit 0
-(cd "$mirror" && grep " $archive\$" SHA256SUMS | sha256sum -c --quiet -)
+for a in "${archives[@]}"; do (cd "$mirror" && grep " $a\$" SHA256SUMS | sha256sum -c --quiet -); done
 rm -rf "$venv"
 python3.11 -m venv "$venv"
-src="$venv/nemo-rl"
-mkdir -p "$src"
-tar -xzf "$mirror/$archive" -C "$src" --strip-components=1
-# NeMo RL's Dockerfile runs its drivers from its checkout (/opt/nemo-rl) without installing it.
-echo "$src" >"$(echo "$venv"/lib/python3.*/site-packages)/nemo_rl_checkout.pth"
-lock="$src/uv.lock"
-# What the job's path imports in that Python before the first GPU call: Ray (ray[default], as NeMo RL's
-# pyproject.toml), NeMo RL's config loader (omegaconf, hydra-core, pyyaml), tokenizer and data, and
-# what examples/run_grpo_math.py imports (measured: each added until the import passed).
-packages=("ray[default]" transformers tokenizers huggingface-hub safetensors omegaconf hydra-core pyyaml numpy
-          datasets math-verify wandb tensorboard torchdata nvidia-ml-py rich colored accelerate pyzmq uvicorn
-          fastapi mlflow swanlab)
+for i in "${!archives[@]}"; do
+  mkdir -p "$venv/${checkouts[$i]}"
+  tar -xzf "$mirror/${archives[$i]}" -C "$venv/${checkouts[$i]}" --strip-components=1
+done
+printf "$venv/%s\n" "${on_path[@]}" >"$(echo "$venv"/lib/python3.*/site-packages)/${twin//-/_}_checkout.pth"
+lock="$venv/$lock"
 . "$root/dev/uv.sh"   # uv_setup: uv, and torch pinned to this machine's CPU build
 uv_setup "$venv"
 "$venv/bin/python" "$root/dev/twin_lock.py" pins "$lock" "${packages[@]}" >"$venv/requirements.txt"
-"$venv/bin/python" "$root/dev/twin_lock.py" constraints "$lock" >"$venv/constraints.txt"
-"${uv[@]}" -r "$venv/requirements.txt" -c "$venv/constraints.txt" torch
+"$venv/bin/python" "$root/dev/twin_lock.py" constraints "$lock" torch "${absent[@]}" >"$venv/constraints.txt"
+for name in "${absent[@]}"; do echo "$name; sys_platform == 'never'"; done >"$venv/overrides.txt"
+"${uv[@]}" -r "$venv/requirements.txt" -c "$venv/constraints.txt" --overrides "$venv/overrides.txt" torch "${extra[@]}"
 "$venv/bin/python" "$root/dev/twin_lock.py" check "$lock" "$venv/bin/python" "${packages[@]}"
 printf '%s\n' "${packages[@]}" >"$venv/packages.txt"
 rm -f "$venv"/.installed-*

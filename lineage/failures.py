@@ -55,10 +55,12 @@ _BY_STATE = {"NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure", "OUT_OF_M
              "REQUEUED": "preempted"}
 #: What an upstream library says when it refuses to go on without a GPU: NeMo RL's placement groups
 #: (nemo_rl/distributed/virtual_cluster.py), Megatron-Bridge's and megatron-core's CUDA asserts, torch's
-#: lazy CUDA init with no device or no driver. (NeMo RL's ResourceInsufficientError alone says nothing of
-#: GPUs: it is raised for CPUs too, and after its retries with a message of its own.)
+#: lazy CUDA init with no device or no driver, and torch's CPU build (the CPU twins' torch) refusing the
+#: same calls. (NeMo RL's ResourceInsufficientError alone says nothing of GPUs: it is raised for CPUs
+#: too, and after its retries with a message of its own.)
 GPU_REFUSAL = re.compile(r"Not enough GPUs available|Megatron requires CUDA|[Nn]o CUDA GPUs are available|"
-                         r"Found no NVIDIA driver")
+                         r"Found no NVIDIA driver|Torch not compiled with CUDA enabled|"
+                         r"module 'torch\._C' has no attribute '_cuda_")
 # What slurmstepd, the kernel or Python leave as a log's last words.
 _BY_LOG = (
     (re.compile(r"DUE TO NODE FAILURE"), "node_failure"),
@@ -155,42 +157,56 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
 
 def gpu_boundary(lines) -> dict | None:
     """Where an upstream library refused to go on without a GPU, from its output's last lines: the last
-    traceback's last frame ({"file", "line"}: the file from the library's top package on, e.g.
-    nemo_rl/distributed/virtual_cluster.py), the refusal (`message`: the exception's, or the GPU
-    refusal the library printed before it gave up, as NeMo RL does after its retries) and the
-    exception line (`error`); None when the output ends in no such refusal."""
+    traceback that ends in a GPU refusal (a launcher's own traceback may follow it: torchrun's
+    ChildFailedError after its worker's), else the last traceback when the library printed its refusal
+    before it gave up (as NeMo RL does after its retries). Its last frame ({"file", "line"}: the file
+    from the library's top package on, e.g. nemo_rl/distributed/virtual_cluster.py; when torch itself
+    refuses, the last frame outside torch, the library's line that asked torch for CUDA, e.g.
+    megatron/bridge/models/model_provider.py), the refusal (`message`) and the exception line
+    (`error`); None when the output ends in no such refusal."""
     lines = [str(line).rstrip("\n") for line in lines]
-    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")),
-                default=None)
-    if start is None:
+    tracebacks = [_traceback(lines, i) for i, line in enumerate(lines)
+                  if line.startswith("Traceback (most recent call last)")]
+    tracebacks = [t for t in tracebacks if t]
+    if not tracebacks:
         return None
-    frame, error = None, None
-    for line in lines[start + 1:]:
-        m = _FRAME.match(line)
-        if m:
-            frame = m.groups()
-        elif frame and line and not line.startswith((" ", "\t")):
-            error = line.strip()
-            break
-    if not frame or not error:
-        return None
-    if GPU_REFUSAL.search(error):
+    refused = [t for t in tracebacks if GPU_REFUSAL.search(t[2])]
+    if refused:
+        _, frames, error = refused[-1]
         message = error.split(": ", 1)[-1] if _EXC_LINE.match(error) and ": " in error else error
     else:
+        start, frames, error = tracebacks[-1]
         said = [line.strip() for line in lines[:start] if GPU_REFUSAL.search(line)]
         if not said or not _EXC_LINE.match(error):
             return None
         message = said[-1]
-    path, lineno = frame
+    where = [(_library_path(path), int(lineno)) for path, lineno in frames]
+    path, lineno = next((f for f in reversed(where) if not f[0].startswith("torch/")), where[-1])
+    return {"file": path, "line": lineno, "message": message, "error": error}
+
+
+def _traceback(lines: list[str], start: int) -> tuple[int, list, str] | None:
+    """The traceback starting at lines[start]: (start, its frames as (file, line), its exception line)."""
+    frames = []
+    for line in lines[start + 1:]:
+        m = _FRAME.match(line)
+        if m:
+            frames.append(m.groups())
+        elif frames and line and not line.startswith((" ", "\t")):
+            return start, frames, line.strip()
+    return None
+
+
+def _library_path(path: str) -> str:
+    """A traceback's file from its library's top package on."""
     parts = path.split("/")
     for marker in ("site-packages", "dist-packages"):   # an installed library: from its package on
         if marker in parts:
-            parts = parts[len(parts) - parts[::-1].index(marker):]
-            break
-    else:   # a checkout (NeMo RL's runs from /opt/nemo-rl): from the library's top package on
-        tops = [i for i, p in enumerate(parts) if p in ("nemo_rl", "megatron", "torch")]
-        parts = parts[tops[0]:] if tops else parts[-2:]
-    return {"file": "/".join(parts), "line": int(lineno), "message": message, "error": error}
+            return "/".join(parts[len(parts) - parts[::-1].index(marker):])
+    # a checkout (NeMo RL's runs from /opt/nemo-rl, Bridge's src/ and Megatron-LM are on the path):
+    # from the library's top package on
+    tops = [i for i, p in enumerate(parts) if p in ("nemo_rl", "megatron", "torch")]
+    return "/".join(parts[tops[0]:] if tops else parts[-2:])
 
 
 # ---- the retry budget -----------------------------------------------------------------------------

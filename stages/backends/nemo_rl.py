@@ -20,14 +20,14 @@ then converts the best step by checkpointing.metric_name to a HF folder, the sta
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lineage.layout import RunDir
-from stages.contract import GpuBoundary, StageError
+from stages.backends import upstream_run
+from stages.contract import StageError
 
 #: Where the NeMo RL checkout lives in the nemo-rl image (v0.4.0.nemotron_3_nano).
 REPO = Path("/opt/nemo-rl")
@@ -36,8 +36,6 @@ REPO = Path("/opt/nemo-rl")
 #: image's build (prefetch_venvs.py) makes the Megatron policy worker's venv, that extra, and this wrapper.
 MCORE_PYTHON = "/usr/local/bin/python-MegatronPolicyWorker"
 OURS = ("backend", "algorithm")
-#: The driver's last lines kept to read a refusal from (its traceback ends there).
-TAIL_LINES = 200
 
 
 @dataclass(frozen=True)
@@ -230,29 +228,6 @@ def checkout() -> Path:
         return REPO
     here = Path(nemo_rl.__file__).resolve().parents[1]
     return here if (here / "examples").is_dir() else REPO
-
-
-def run_driver(cmd: list[str], cwd: Path, env: dict) -> None:
-    """Run one of NeMo RL's programs, its output into the job's log as it comes. A non-zero exit whose
-    output ends in a refusal to go on without a GPU (its first GPU request on a machine with none) is
-    GpuBoundary, with the refusing file and line; any other is CalledProcessError, as before."""
-    from collections import deque
-
-    from lineage.failures import gpu_boundary
-
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    # One stream (stderr, where the job's log keeps tracebacks): the refusal is read in the order it was written.
-    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace") as proc:
-        for line in proc.stdout:
-            sys.stderr.write(line)
-            tail.append(line)
-    sys.stderr.flush()
-    if proc.returncode:
-        where = gpu_boundary(tail)
-        if where:
-            raise GpuBoundary(where)
-        raise subprocess.CalledProcessError(proc.returncode, cmd)
 
 
 def export_command(step_dir: Path, out: Path, megatron: bool = True, repo: Path = REPO) -> list[str]:
@@ -532,14 +507,14 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
         (ctx.run_dir / Path(f).name).write_bytes((repo / f).read_bytes())
     # NeMo RL saves by itself before checkpointing.checkpoint_must_save_by and exits; the requeued
     # job resumes from the same checkpoint_dir.
-    run_driver(command(drv, path, repo=repo), cwd=repo, env={**os.environ, **job_env(where["wandb"])})
+    upstream_run.run(command(drv, path, repo=repo), cwd=repo, env={**os.environ, **job_env(where["wandb"])})
     steps = sorted(Path(cfg["checkpointing"]["checkpoint_dir"]).glob("step_*"), key=lambda p: int(p.name[5:]))
     if not steps:
         raise StageError(f"NeMo RL wrote no checkpoint under {cfg['checkpointing']['checkpoint_dir']}")
     if int(steps[-1].name[5:]) < target:
         ctx.requeue()  # stopped at its own deadline before its own end: resume in the next attempt
     out = ctx.output_dir(output)
-    run_driver(export_command(best_step(steps, full["checkpointing"]), out, megatron=megatron, repo=repo), cwd=repo,
+    upstream_run.run(export_command(best_step(steps, full["checkpointing"]), out, megatron=megatron, repo=repo), cwd=repo,
                env=dict(os.environ))
     if stage == "rm":
         as_reward_model(out)

@@ -127,6 +127,25 @@ def test_an_exception_in_the_jobs_own_process_says_where_too():
     assert got["line"] == initialize.__code__.co_firstlineno + 1
 
 
+def test_torch_refusing_cuda_names_the_library_line_that_asked_for_it(tmp_path):
+    """torch's own refusal (here its CPU build's, as in the CPU twins) ends the traceback inside torch: the
+    boundary is the last frame outside it, the upstream library's call (as Bridge's model_provider.py's
+    torch.cuda.set_device), read from the program's output."""
+    import subprocess
+    import sys
+
+    lib = tmp_path / "megatron" / "bridge"
+    lib.mkdir(parents=True)
+    (lib / "provider.py").write_text("import torch\n\n\ndef provide():\n    torch.cuda.set_device(0)\n")
+    p = subprocess.run([sys.executable, "-c", "from megatron.bridge import provider; provider.provide()"],
+                       cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)})
+    assert p.returncode == 1 and "torch/cuda/__init__.py" in p.stderr
+    got = gpu_boundary(p.stderr.splitlines())
+    assert got is not None, p.stderr[-2000:]
+    assert (got["file"], got["line"]) == ("megatron/bridge/provider.py", 5)
+    assert classify(Facts(log_tail=tuple(p.stderr.splitlines()))) == "gpu_boundary"
+
+
 def test_a_retry_budget_takes_only_transient_classes_and_counts():
     assert retry_problem({"preempted": 10, "node_failure": 2, "time_limit": 0}) is None
     assert "unknown failure class 'preemted' (did you mean preempted?" in retry_problem({"preemted": 1})

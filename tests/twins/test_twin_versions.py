@@ -1,47 +1,66 @@
-"""The twin holds the nemo-rl image's versions: every library the job's path imports there is at the
-version of NeMo RL 823fcc904's uv.lock (the image's own lock), read from the lock, not restated; the
-only exceptions are the stand-ins dev/twin_standins.txt lists (torch: a CPU build)."""
+"""Each twin holds its image's versions: every library the job's path imports there is at the version of
+the image's own uv.lock (NeMo RL 823fcc904's for nemo-rl, Megatron-Bridge 1cedb0a9c's for nemo), read from
+the lock, not restated; the only exceptions are the stand-ins and absences dev/twin_standins.txt lists
+(torch: a CPU build; Transformer Engine: none)."""
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
 
-from twin import LOCK, PY, ROOT, VENV, require
+import pytest
 
-require()
+from twin import NEMO_RL_TWIN, NEMO_TWIN, ROOT
+
 TOOL = ROOT / "dev" / "twin_lock.py"
 sys.path.insert(0, str(TOOL.parent))
+#: A library of each twin and another version to plant in a copy of its lock.
+PLANT = {"nemo-rl": ("ray", "2.49.2", "2.52.0"), "nemo": ("transformers", "4.57.1", "4.57.3")}
+twins = pytest.mark.parametrize("twin", [NEMO_RL_TWIN, NEMO_TWIN], ids=lambda t: t.image)
 
 
-def check(lock) -> subprocess.CompletedProcess:
-    names = VENV.joinpath("packages.txt").read_text().split()
-    return subprocess.run([sys.executable, str(TOOL), "check", str(lock), str(PY), *names], capture_output=True, text=True)
+def check(twin, lock) -> subprocess.CompletedProcess:
+    twin.require()
+    names = twin.venv.joinpath("packages.txt").read_text().split()
+    return subprocess.run([sys.executable, str(TOOL), "check", str(lock), str(twin.py), *names], capture_output=True, text=True)
 
 
-def test_every_library_the_twin_was_built_with_is_at_the_images_lock_version():
-    r = check(LOCK)
+@twins
+def test_every_library_the_twin_was_built_with_is_at_the_images_lock_version(twin):
+    r = check(twin, twin.lock)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "ray" in VENV.joinpath("packages.txt").read_text().split()[0]
+    assert {"ray[default]", "transformers"} <= set(twin.venv.joinpath("packages.txt").read_text().split())
 
 
-def test_a_twin_library_at_another_version_than_the_lock_is_named(tmp_path):
-    text = LOCK.read_text()
-    planted, n = re.subn(r'(name = "ray"\nversion = ")2\.49\.2"', r'\g<1>2.52.0"', text)
+@twins
+def test_a_twin_library_at_another_version_than_the_lock_is_named(twin, tmp_path):
+    name, have, other = PLANT[twin.image]
+    planted, n = re.subn(rf'(name = "{name}"\nversion = "){re.escape(have)}"', rf'\g<1>{other}"', twin.lock.read_text())
     assert n == 1
     (tmp_path / "uv.lock").write_text(planted)
-    r = check(tmp_path / "uv.lock")
+    r = check(twin, tmp_path / "uv.lock")
     assert r.returncode == 1
-    assert r.stdout.strip() == "ray: the twin has 2.49.2, the image's lock 2.52.0"
+    assert r.stdout.strip() == f"{name}: the twin has {have}, the image's lock {other}"
 
 
-def test_the_only_libraries_at_another_version_are_the_listed_stand_ins():
+def standins(image: str) -> list[list[str]]:
+    """dev/twin_standins.txt's rows for one twin: [name, version or "-", why]."""
+    rows = [line.split(maxsplit=3) for line in (ROOT / "dev/twin_standins.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    return [row[1:] for row in rows if image in row[0].split(",")]
+
+
+@twins
+def test_the_only_libraries_at_another_version_are_the_listed_stand_ins(twin):
     from twin_lock import installed, versions
 
-    held = versions(LOCK.read_text())
-    rows = [line.split(maxsplit=2) for line in (ROOT / "dev/twin_standins.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
-    assert rows
-    have = installed(str(PY), [name for name, _, _ in rows])
+    twin.require()
+    held = versions(twin.lock.read_text())
+    rows = standins(twin.image)
+    assert rows and rows[0][0] == "torch"
+    have = installed(str(twin.py), [name for name, _, _ in rows])
     for name, version, _why in rows:
-        assert have[name] == version and version not in held[name], (name, have[name], held.get(name))
+        if version == "-":
+            assert have[name] is None, (name, have[name])
+        else:
+            assert have[name] == version and version not in held.get(name, ()), (name, have[name], held.get(name))

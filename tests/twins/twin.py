@@ -1,19 +1,17 @@
-"""The CPU twin of the nemo-rl image's Python (.venv-nemo-rl, dev/twin_venv.sh): where it is, and running
-this project's code in it as a job in that image would (our runtime bundle on the path, nothing else of ours)."""
+"""The CPU twins of NVIDIA's images' Pythons (dev/twin_venv.sh): .venv-nemo-rl (the nemo-rl image's default
+venv) and .venv-nemo (the nemo image's /opt/venv): where they are, and running this project's code in one as
+a job in that image would (our runtime bundle on the path, nothing else of ours)."""
 from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".venv-nemo-rl"
-PY = VENV / "bin" / "python"
-NEMO_RL = VENV / "nemo-rl"          # NeMo RL 823fcc904's checkout, as /opt/nemo-rl in the image
-LOCK = NEMO_RL / "uv.lock"
-#: Run in the twin as `python -c TOY DIR`: a one-layer Llama and a character tokenizer with a chat template in
+#: Run in a twin as `python -c TOY DIR`: a one-layer Llama and a character tokenizer with a chat template in
 #: DIR, the model NeMo RL's drivers load in the tests (the SFT model's stand-in).
 TOY = """
 import sys
@@ -30,36 +28,62 @@ LlamaForCausalLM(LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate
 """
 
 
-def require() -> None:
-    if not PY.exists():
-        pytest.skip(f"{PY} is missing: run dev/twin_venv.sh to run the twin tests", allow_module_level=True)
+@dataclass(frozen=True)
+class Twin:
+    """One image's twin: its venv, the checkout whose uv.lock is the image's, and its Dockerfile."""
+
+    image: str
+    venv: Path
+    checkout: Path        # NeMo RL's (the image's /opt/nemo-rl) or Megatron-Bridge's (/opt/Megatron-Bridge)
+    dockerfile: str       # in the checkout
+
+    @property
+    def py(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def lock(self) -> Path:
+        return self.checkout / "uv.lock"
+
+    def require(self) -> None:
+        if not self.py.exists():
+            pytest.skip(f"{self.py} is missing: run dev/twin_venv.sh {self.image} to run its twin tests",
+                        allow_module_level=True)
+
+    def image_env(self) -> dict[str, str]:
+        """The environment the image's Dockerfile sets (`ENV K=V` lines; PATH and the venv's own location
+        aside, which the twin has elsewhere): e.g. TORCH_CUDA_ARCH_LIST, which NeMo RL's Megatron path requires."""
+        import shlex
+
+        env = {}
+        for line in (self.checkout / self.dockerfile).read_text().splitlines():
+            if line.startswith("ENV ") and "=" in line:
+                for word in shlex.split(line[4:]):
+                    key, _, value = word.partition("=")
+                    if (key not in ("PATH", "UV_PROJECT_ENVIRONMENT", "NEMO_RL_VENV_DIR", "VIRTUAL_ENV")
+                            and "$" not in value):
+                        env[key] = value
+        return env
+
+    def run(self, args: list[str], timeout: float = 300, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+        """`python ARGS` in the twin with the image's environment and only our code's root on the path (as the
+        runtime bundle is in a job)."""
+        from runtime.entry import SUBMITTER_ONLY    # a job drops them too: the test's own W&B service is not the image's
+
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV")) and k not in SUBMITTER_ONLY}
+        full.update(self.image_env())
+        full.update({"PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache")})
+        full.update(env or {})
+        return subprocess.run([str(self.py), *args], capture_output=True, text=True, timeout=timeout, env=full,
+                              cwd=kw.pop("cwd", ROOT), **kw)
 
 
-def image_env() -> dict[str, str]:
-    """The environment NeMo RL's Dockerfile sets in the image (`ENV K=V` lines; PATH and the venv's own
-    location aside, which the twin has elsewhere): e.g. TORCH_CUDA_ARCH_LIST, which its Megatron path requires."""
-    import shlex
-
-    env = {}
-    for line in (NEMO_RL / "docker" / "Dockerfile").read_text().splitlines():
-        if line.startswith("ENV ") and "=" in line:
-            for word in shlex.split(line[4:]):
-                key, _, value = word.partition("=")
-                if key not in ("PATH", "UV_PROJECT_ENVIRONMENT", "NEMO_RL_VENV_DIR") and "$" not in value:
-                    env[key] = value
-    return env
-
-
-def run(args: list[str], timeout: float = 300, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    """`python ARGS` in the twin with the image's environment and only our code's root on the path (as the
-    runtime bundle is in a job)."""
-    from runtime.entry import SUBMITTER_ONLY    # a job drops them too: the test's own W&B service is not the image's
-
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV")) and k not in SUBMITTER_ONLY}
-    full.update(image_env())
-    full.update({"PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache")})
-    full.update(env or {})
-    return subprocess.run([str(PY), *args], capture_output=True, text=True, timeout=timeout, env=full, cwd=kw.pop("cwd", ROOT), **kw)
+NEMO_RL_TWIN = Twin("nemo-rl", ROOT / ".venv-nemo-rl", ROOT / ".venv-nemo-rl" / "nemo-rl", "docker/Dockerfile")
+NEMO_TWIN = Twin("nemo", ROOT / ".venv-nemo", ROOT / ".venv-nemo" / "Megatron-Bridge", "docker/Dockerfile.ci")
+TWINS = (NEMO_RL_TWIN, NEMO_TWIN)
+# The nemo-rl twin's, by the names its tests use.
+VENV, PY, NEMO_RL, LOCK = NEMO_RL_TWIN.venv, NEMO_RL_TWIN.py, NEMO_RL_TWIN.checkout, NEMO_RL_TWIN.lock
+require, image_env, run = NEMO_RL_TWIN.require, NEMO_RL_TWIN.image_env, NEMO_RL_TWIN.run
 
 
 def mirror() -> Path:

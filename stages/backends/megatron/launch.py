@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 from lineage.layout import RunDir
+from stages.backends import upstream_run
 from stages.backends.megatron.config import BridgeJob, bridge, translate
-from stages.contract import StageError
+from stages.contract import GpuBoundary, StageError
 
 HEADER = """\
 # Rendered by jobs (stages/backends/megatron/launch.py) for stage {stage}; runs in the nemo container.
@@ -291,28 +292,31 @@ def run_stage(ctx, stage: str) -> dict[str, Path]:
             ctx.add_tracker(_Elsewhere(), link=("tensorboard", job.logger.tensorboard_dir))
     done = Path(job.checkpoint.pretrained_checkpoint) / ".imported"
     if ctx.dist.is_main and not done.exists():
-        subprocess.run([sys.executable, str(files["import"])], check=True)
+        upstream_run.run([sys.executable, str(files["import"])])
         done.touch()
     _wait_for(done, deadline_s=3 * 3600)
 
     cmd = torchrun_command(files["train"], gpus_per_node, ctx.dist.world_size, ctx.dist.rank,
                            ctx.dist.master_addr, ctx.dist.master_port)
-    proc = subprocess.Popen(cmd)
-    stopping = False
-    while proc.poll() is None:
+    stopping = []
+
+    def watch(proc) -> None:
         if not stopping and ctx.should_stop():
             # To the workers, not torchrun: torchrun would SIGKILL them 30 s later, mid-save.
             # Bridge's exit-signal handler agrees across ranks, saves, and exits.
             for pid in _children(proc.pid):
                 os.kill(pid, signal.SIGTERM)
-            stopping = True
-        time.sleep(2)
+            stopping.append(True)
+
+    try:
+        upstream_run.run(cmd, while_running=watch)
+    except (subprocess.CalledProcessError, GpuBoundary):
+        if not stopping:
+            raise
     if stopping:
         ctx.requeue()
-    if proc.returncode:
-        raise subprocess.CalledProcessError(proc.returncode, cmd)
 
     if not ctx.dist.is_main:
         return {}
-    subprocess.run([sys.executable, str(files["export"])], check=True)
+    upstream_run.run([sys.executable, str(files["export"])])
     return {"model": ctx.output_dir("model")}
