@@ -71,11 +71,12 @@ cd "$root"
 export JOBS_NO_SKIP=${JOBS_NO_SKIP:-1}
 # --durations: every run names its slowest tests (where the suite's time goes).
 out=$(mktemp)
-trap 'rm -f "$steps" "$out"' EXIT
+trap 'rm -f "$steps" "$out" "$out.xml"' EXIT
 rc=0
+# --junitxml: each test's seconds, from which dev/test_record.py keeps the CPU twins' share.
 "$root/.venv/bin/python" -m pytest -n "${JOBS_TEST_WORKERS:-2}" --no-loadscope-reorder \
-    -ra --durations=30 "$@" 2>&1 | tee "$out" || rc=${PIPESTATUS[0]}
-"$root/.venv/bin/python" "$root/dev/test_record.py" --steps "$steps" --pytest-output "$out" --exit "$rc" \
+    -ra --durations=30 --junitxml="$out.xml" "$@" 2>&1 | tee "$out" || rc=${PIPESTATUS[0]}
+"$root/.venv/bin/python" "$root/dev/test_record.py" --steps "$steps" --pytest-output "$out" --junit "$out.xml" --exit "$rc" \
     --started "$started" --load-before "$load_before" --setup-s "$setup_s" --total-s "$SECONDS" -- "$@" \
     || echo "dev/test.sh: the run's times were not kept (see above)" >&2
 exit "$rc"

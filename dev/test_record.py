@@ -1,7 +1,10 @@
 """Appends one JSON line about a `dev/test.sh` run to $JOBS_TEST_TIMES (default
 bench/results/test-runs.jsonl): when and on what it ran (commit, host CPU, the CPU kernels torch ran,
-load before and after), each set-up step's seconds, the tests' and the whole run's seconds, and
-pytest's own summary line. dev/test.sh calls it when the tests end; nothing in it is typed by hand.
+load before and after), each set-up step's seconds, the tests' and the whole run's seconds,
+pytest's own summary line, and the CPU twins' share: their set-up steps and the seconds pytest's own
+JUnit report gives their tests (tests/twins/, the twin images on Slurm) against all tests' seconds
+(summed over the workers, so a share of the work, not of the wall clock). dev/test.sh calls it when the
+tests end; nothing in it is typed by hand.
 """
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 from runtime.cpu import cpu_kernels  # noqa: E402
 
+#: The CPU twins' tests (JUnit classnames) and set-up steps (dev/test.sh's names).
+TWIN_TESTS = ("tests.twins.", "tests.slurm.test_twins_on_slurm")
+TWIN_STEPS = ("twin", "twin_nemo", "twin_images")
 SUMMARY = re.compile(r"^=+ (.*\b(?:passed|failed|error|errors|skipped|no tests ran)\b.*) =+$")
 
 
@@ -34,6 +40,19 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def twins_share(junit: Path, steps: dict) -> dict:
+    """The twins' set-up steps' seconds, and their tests' seconds against all tests' (pytest's JUnit times)."""
+    import xml.etree.ElementTree as ET
+
+    total = twins = 0.0
+    for case in ET.parse(junit).iter("testcase"):
+        seconds = float(case.get("time") or 0)
+        total += seconds
+        twins += seconds if (case.get("classname") or "").startswith(TWIN_TESTS) else 0
+    return {"setup_steps_s": {n: steps[n]["s"] for n in TWIN_STEPS if n in steps}, "tests_s": round(twins, 1),
+            "all_tests_s": round(total, 1), "tests_share": round(twins / total, 3) if total else None}
+
+
 def record(args: argparse.Namespace) -> dict:
     steps = {}
     for line in Path(args.steps).read_text().splitlines():
@@ -41,7 +60,7 @@ def record(args: argparse.Namespace) -> dict:
         steps[name] = {"s": int(seconds), "exit": int(rc)}
     summary = [m.group(1) for line in Path(args.pytest_output).read_text(errors="replace").splitlines()
                if (m := SUMMARY.match(line.strip()))]
-    return {
+    kept = {
         "started": args.started,
         "ended": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": git("rev-parse", "HEAD"),
@@ -58,6 +77,9 @@ def record(args: argparse.Namespace) -> dict:
         "exit": args.exit,
         "pytest": summary[-1] if summary else None,
     }
+    if args.junit and Path(args.junit).is_file():
+        kept["twins"] = twins_share(Path(args.junit), steps)
+    return kept
 
 
 def main() -> None:
@@ -69,6 +91,7 @@ def main() -> None:
     p.add_argument("--load-before", required=True)
     p.add_argument("--setup-s", type=int, required=True)
     p.add_argument("--total-s", type=int, required=True)
+    p.add_argument("--junit", help="pytest's --junitxml report of the run")
     p.add_argument("pytest_args", nargs="*")
     args = p.parse_args()
     line = json.dumps(record(args), sort_keys=True)
@@ -76,8 +99,14 @@ def main() -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("a") as f:
         f.write(line + "\n")
-    print(f"dev/test.sh: {json.loads(line)['pytest']}; set-up {args.setup_s} s, tests {args.total_s - args.setup_s} s, "
+    kept = json.loads(line)
+    print(f"dev/test.sh: {kept['pytest']}; set-up {args.setup_s} s, tests {args.total_s - args.setup_s} s, "
           f"{args.total_s} s in all; kept in {target}", file=sys.stderr)
+    if "twins" in kept:
+        t = kept["twins"]
+        steps = ", ".join(f"{n} {s} s" for n, s in t["setup_steps_s"].items())
+        print(f"dev/test.sh: the CPU twins: set-up {steps}; their tests {t['tests_s']:.0f} s of all tests' "
+              f"{t['all_tests_s']:.0f} s ({100 * (t['tests_share'] or 0):.0f}%, summed over the workers)", file=sys.stderr)
 
 
 if __name__ == "__main__":
