@@ -186,8 +186,11 @@ def check_script(params: dict, paths: dict[str, Path], container: bool = False) 
         walk(key, value)
 
 
-#: ch-run's flag for the image's own environment (its config's ENV, which ch-image keeps in /ch/environment).
-CH_ENV = ("--set-env",)
+#: Inside a Charliecloud image, before the command: the image's own environment (its config's ENV, which
+#: ch-image keeps in /ch/environment, one K=V a line), as pyxis applies it. `ch-run --set-env` does the
+#: same but refuses an image without the file (a squashfs made from a plain folder), which has none to apply.
+IMAGE_ENV_SH = '[ -f /ch/environment ] && while IFS= read -r kv; do [ -n "$kv" ] && export "$kv"; done < /ch/environment; exec "$@"'
+CH_ENV = ("sh", "-c", IMAGE_ENV_SH, "sh")
 
 
 def python_for(image: containers.Image | None, here: str = sys.executable, profile: profiles.Profile | None = None,
@@ -198,10 +201,10 @@ def python_for(image: containers.Image | None, here: str = sys.executable, profi
     Outside a container, this environment's (`here`) through runtime.hold_usr2, which holds an early
     USR2 until submitit can take it. In a container, the image's `python3` through runtime.bootstrap
     (the same hold, then the runtime bundle): under pyxis srun's flags name the image; under
-    Charliecloud the command is `ch-run --home --set-env --bind=… --cd=CODE SQUASHFS -- python3 …`, started
-    with USR2 ignored, because ch-run stays behind as the squashfs's FUSE server and Slurm signals every
-    process of the step (runtime.hold_usr2 restores the signal's default in the job itself).
-    `--set-env` applies the image's own ENV, as pyxis does: NVIDIA's nemo-rl image finds its Python
+    Charliecloud the command is `ch-run --home --bind=… --cd=CODE SQUASHFS -- sh -c IMAGE_ENV_SH sh python3 …`,
+    started with USR2 ignored, because ch-run stays behind as the squashfs's FUSE server and Slurm signals
+    every process of the step (runtime.hold_usr2 restores the signal's default in the job itself).
+    IMAGE_ENV_SH applies the image's own ENV, as pyxis does: NVIDIA's nemo-rl image finds its Python
     through it (PATH starts with /opt/nemo_rl_venv/bin); without it `python3` is the system one, which
     has neither Ray nor NeMo RL.
     """
@@ -216,7 +219,7 @@ def python_for(image: containers.Image | None, here: str = sys.executable, profi
     binds = [f"--bind={m}" for m in mounts(store_root, code_root, bundle, profile)]
     # --home: the user's home, writable, at /home/$USER (caches: Hugging Face, W&B), as on the host;
     # the squashfs itself is read-only.
-    ch_run = shlex.join(["ch-run", "--home", *CH_ENV, *binds, f"--cd={code_root}", str(squashfs), "--"])
+    ch_run = shlex.join(["ch-run", "--home", *binds, f"--cd={code_root}", str(squashfs), "--", *CH_ENV])
     return f"""sh -c 'trap "" USR2; exec "$@"' sh {ch_run} {inner}"""
 
 
@@ -337,7 +340,7 @@ def probe(image: containers.Image, where: InImage, profile: profiles.Profile, st
 
     def ask(python: str, modules) -> subprocess.CompletedProcess:
         try:
-            return subprocess.run(["ch-run", *CH_ENV, *binds, str(where.squashfs), "--", python, "-c", FIND, *modules],
+            return subprocess.run(["ch-run", *binds, str(where.squashfs), "--", *CH_ENV, python, "-c", FIND, *modules],
                                   capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise ExecutorError(f"image {image.reference}: ch-run did not answer within 300 s") from None

@@ -1,5 +1,6 @@
 """sbatch rendering is a pure function: pinned by golden files. Profiles and time parsing."""
 import os
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 import containers as pins
 from jobs import containers, profiles
 from jobs.errors import ExecutorError
+from jobs.executors import slurm
 from jobs.executors.slurm import python_for, render, sbatch_params
 from jobs.plan import StagePlan
 
@@ -193,8 +195,9 @@ def test_a_charliecloud_job_runs_ch_run_with_usr2_ignored_and_the_same_bootstrap
     text, _ = in_image("charliecloud", container_mounts=["/data:/data"])
     srun = next(line for line in text.splitlines() if line.startswith("srun "))
     assert "--container-image" not in text
-    assert ("""sh -c 'trap "" USR2; exec "$@"' sh ch-run --home --set-env --bind=/lustre/store:/lustre/store --bind=/data:/data """
-            f"--cd={SNAPSHOT} /shared/images/nemo-rl.sqsh -- python3 -u -m runtime.bootstrap -u -m submitit.core._submit") in srun
+    assert ("""sh -c 'trap "" USR2; exec "$@"' sh ch-run --home --bind=/lustre/store:/lustre/store --bind=/data:/data """
+            f"--cd={SNAPSHOT} /shared/images/nemo-rl.sqsh -- sh -c {shlex.quote(slurm.IMAGE_ENV_SH)} sh "
+            "python3 -u -m runtime.bootstrap -u -m submitit.core._submit") in srun
     assert f"export PYTHONPATH={SNAPSHOT}\n" in text and f"export JOBS_RUNTIME_BUNDLE={BUNDLE}\n" in text
     assert 'export USER="${USER:-$(id -un)}"' in text
 
