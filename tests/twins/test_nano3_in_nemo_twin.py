@@ -28,8 +28,6 @@ NEMO_TWIN.require()
 pytestmark = pytest.mark.slow
 
 BOUNDARY = "megatron/bridge/models/model_provider.py"
-EXECUTE = ("import sys, runtime.bootstrap as boot\nboot.use_bundle()\nfrom runtime.entry import execute\n"
-           "execute(sys.argv[1], sys.argv[2])\n")
 #: Run in the twin as `python -c TOY DIR`: a one-layer Qwen2 with a character tokenizer in DIR, and a Megatron
 #: indexed shard of its tokens in DIR/corpus (megatron-core's own writer) with prep_pretrain's blend.json.
 TOY = """
@@ -88,39 +86,12 @@ def toy(tmp_path_factory):
     return root
 
 
-def through_the_entry(root: Path, stage: str, folders: dict[str, Path], kinds: dict[str, str], overrides: list[str]):
-    """nano3's `stage` recorded as the submit path records it, its inputs added with `jobs add` (as a user
-    brings their own), then run by the job's entry in the twin's Python: (store, run id, the process)."""
-    from helpers import run_jobs
-    from jobs import bundle
-    from jobs.plan import make_plan
-    from jobs.provenance import CodeChanged
-    from jobs.record import record
-    from lineage import Store
-
-    for role, folder in folders.items():
-        added = run_jobs(root, "add", str(folder), "--kind", kinds[role], "--name", f"toy/{role}")
-        assert added.code == 0, added.err
-    store = Store(root)
-    for tries in range(5):   # the snapshot refuses code that changes under it (an edit in the checkout)
-        plan = make_plan(store, "nano3", stage, overrides=overrides, inputs=[f"{role}=toy/{role}:latest" for role in folders])
-        try:
-            (run_id,) = record(store, plan)
-            break
-        except CodeChanged:
-            assert tries < 4
-    shipped = bundle.store(bundle.collect(), root)   # submitit for the job's start, as a container job gets it
-    r = NEMO_TWIN.run(["-c", EXECUTE, str(root), run_id], timeout=300, env={"JOBS_RUNTIME_BUNDLE": str(shipped)})
-    return store, run_id, r
-
-
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_nano3_megatron_stage_through_the_job_entry_stops_at_the_gpu_boundary(stage, toy, tmp_path):
     roles, overrides = STAGES[stage]
     root = tmp_path / "store"
-    store, run_id, r = through_the_entry(root, stage, {role: toy / folder for role, (folder, _) in roles.items()},
-                                         {role: kind for role, (_, kind) in roles.items()},
-                                         [f"base_model.hf_model_id={toy / 'model'}", *overrides])
+    store, run_id, r = NEMO_TWIN.through_the_entry(root, stage, {role: (toy / folder, kind) for role, (folder, kind) in roles.items()},
+                                                   [f"base_model.hf_model_id={toy / 'model'}", *overrides])
     assert r.returncode != 0
     view = store.run(run_id)
     (attempt,) = view.attempts
@@ -153,11 +124,11 @@ def test_nano3_cpu_stage_through_the_job_entry_succeeds_in_the_nemo_twin(stage, 
     if stage == "prep_sft":   # the sources made by the twin's libraries (its tokenizer files are transformers 4.57's)
         r = NEMO_TWIN.run([make.__file__, str(tmp_path / "sources")])
         assert r.returncode == 0, r.stderr[-2000:]
-        folders, kinds = {"tokenizer": tmp_path / "sources" / "tokenizer"}, {"tokenizer": "tokenizer"}
+        inputs = {"tokenizer": (tmp_path / "sources" / "tokenizer", "tokenizer")}
         overrides = make.overrides(tmp_path / "sources")["prep_sft"]
     else:
-        folders, kinds, overrides = {"model": toy / "model"}, {"model": "model"}, []
-    store, run_id, r = through_the_entry(tmp_path / "store", stage, folders, kinds, overrides)
+        inputs, overrides = {"model": (toy / "model", "model")}, []
+    store, run_id, r = NEMO_TWIN.through_the_entry(tmp_path / "store", stage, inputs, overrides)
     view = store.run(run_id)
     assert r.returncode == 0 and view.state == "SUCCEEDED", (view.attempts, r.stderr[-3000:])
     assert view.attempts[-1]["python_executable"].startswith(str(NEMO_TWIN.venv))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,11 @@ fast.save_pretrained(sys.argv[1])
 LlamaForCausalLM(LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                              num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)).save_pretrained(sys.argv[1])
 """
+
+
+#: Run in a twin as `python -c EXECUTE STORE RUN`: the job's entry, as runtime.bootstrap starts it in an image.
+EXECUTE = ("import sys, runtime.bootstrap as boot\nboot.use_bundle()\nfrom runtime.entry import execute\n"
+           "execute(sys.argv[1], sys.argv[2])\n")
 
 
 @dataclass(frozen=True)
@@ -51,19 +57,14 @@ class Twin:
                         allow_module_level=True)
 
     def image_env(self) -> dict[str, str]:
-        """The environment the image's Dockerfile sets (`ENV K=V` lines; PATH and the venv's own location
-        aside, which the twin has elsewhere): e.g. TORCH_CUDA_ARCH_LIST, which NeMo RL's Megatron path requires."""
-        import shlex
+        """The environment the image's Dockerfile sets (its `ENV` lines, dev/containers/dockerfile_env.py, as the
+        twin's image has it; PATH and the venv's own location aside, which the twin venv has elsewhere): e.g.
+        TORCH_CUDA_ARCH_LIST, which NeMo RL's Megatron path requires."""
+        sys.path.insert(0, str(ROOT / "dev" / "containers"))
+        from dockerfile_env import environment
 
-        env = {}
-        for line in (self.checkout / self.dockerfile).read_text().splitlines():
-            if line.startswith("ENV ") and "=" in line:
-                for word in shlex.split(line[4:]):
-                    key, _, value = word.partition("=")
-                    if (key not in ("PATH", "UV_PROJECT_ENVIRONMENT", "NEMO_RL_VENV_DIR", "VIRTUAL_ENV")
-                            and "$" not in value):
-                        env[key] = value
-        return env
+        elsewhere = ("PATH", "UV_PROJECT_ENVIRONMENT", "NEMO_RL_VENV_DIR", "VIRTUAL_ENV")
+        return {k: v for k, v in environment(self.checkout / self.dockerfile).items() if k not in elsewhere}
 
     def run(self, args: list[str], timeout: float = 300, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
         """`python ARGS` in the twin with the image's environment and only our code's root on the path (as the
@@ -76,6 +77,33 @@ class Twin:
         full.update(env or {})
         return subprocess.run([str(self.py), *args], capture_output=True, text=True, timeout=timeout, env=full,
                               cwd=kw.pop("cwd", ROOT), **kw)
+
+    def through_the_entry(self, root: Path, stage: str, inputs: dict[str, tuple[Path, str]], overrides: list[str],
+                          env: dict | None = None, timeout: float = 300):
+        """nano3's `stage` recorded as the submit path records it (plan, record), its inputs ({role: (folder,
+        kind)}) added with `jobs add` as a user brings their own, then run by the job's entry in the twin's Python,
+        started as a container job starts (runtime.bootstrap with the runtime bundle): (store, run id, process)."""
+        from helpers import run_jobs
+        from jobs import bundle
+        from jobs.plan import make_plan
+        from jobs.provenance import CodeChanged
+        from jobs.record import record
+        from lineage import Store
+
+        for role, (folder, kind) in inputs.items():
+            added = run_jobs(root, "add", str(folder), "--kind", kind, "--name", f"toy/{role}")
+            assert added.code == 0, added.err
+        store = Store(root)
+        for tries in range(5):   # the snapshot refuses code that changes under it (an edit in the checkout)
+            plan = make_plan(store, "nano3", stage, overrides=overrides, inputs=[f"{role}=toy/{role}:latest" for role in inputs])
+            try:
+                (run_id,) = record(store, plan)
+                break
+            except CodeChanged:
+                assert tries < 4
+        shipped = bundle.store(bundle.collect(), root)   # submitit for the job's start, as a container job gets it
+        return store, run_id, self.run(["-c", EXECUTE, str(root), run_id], timeout=timeout,
+                                       env={"JOBS_RUNTIME_BUNDLE": str(shipped), **(env or {})})
 
 
 NEMO_RL_TWIN = Twin("nemo-rl", ROOT / ".venv-nemo-rl", ROOT / ".venv-nemo-rl" / "nemo-rl", "docker/Dockerfile")
