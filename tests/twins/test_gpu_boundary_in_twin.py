@@ -11,14 +11,12 @@ import re
 
 import pytest
 
-from twin import NEMO_RL, TOY, require, run
+from twin import NEMO_RL, NEMO_RL_TWIN, TOY, require, run
 
 require()
 pytestmark = pytest.mark.slow
 
 BOUNDARY = "nemo_rl/distributed/virtual_cluster.py"
-EXECUTE = ("import sys, runtime.bootstrap as boot\nboot.use_bundle()\nfrom runtime.entry import execute\n"
-           "execute(sys.argv[1], sys.argv[2])\n")
 
 
 def refusal_line() -> int:
@@ -32,10 +30,6 @@ def refusal_line() -> int:
 
 def test_nano3_grpo_through_the_job_entry_stops_at_the_gpu_boundary_and_the_record_says_where(tmp_path):
     from helpers import run_jobs
-    from jobs import bundle
-    from jobs.plan import make_plan
-    from jobs.provenance import CodeChanged
-    from jobs.record import record
     from lineage import Store
 
     r = run(["-c", TOY, str(tmp_path / "model")])
@@ -49,18 +43,9 @@ def test_nano3_grpo_through_the_job_entry_stops_at_the_gpu_boundary_and_the_reco
         added = run_jobs(root, "add", str(tmp_path / src), "--kind", kind, "--name", f"toy/{src}")
         assert added.code == 0, added.err
     store = Store(root)
-    for tries in range(5):   # the snapshot refuses code that changes under it (an edit in the checkout)
-        plan = make_plan(store, "nano3", "rl", inputs=["policy=toy/model:latest", "prompts=toy/prompts:latest"])
-        try:
-            (run_id,) = record(store, plan)
-            break
-        except CodeChanged:
-            assert tries < 4
-    shipped = bundle.store(bundle.collect(), root)   # submitit for the job's start, as a container job gets it
-
-    r = run(["-c", EXECUTE, str(root), run_id], timeout=300,
-            env={"JOBS_RUNTIME_BUNDLE": str(shipped), "JOBS_RAY_READY_TIMEOUT_S": "120",
-                 "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "1"})   # NeMo RL's own knob: ask once, not 6 times
+    run_id, r = NEMO_RL_TWIN.execute(root, "nano3", "rl", ["policy=toy/model:latest", "prompts=toy/prompts:latest"],
+                                     env={"JOBS_RAY_READY_TIMEOUT_S": "120",
+                                          "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "1"})   # NeMo RL's own knob: ask once, not 6 times
     assert r.returncode != 0
     view = store.run(run_id)
     (attempt,) = view.attempts

@@ -28,8 +28,6 @@ NEMO_TWIN.require()
 pytestmark = pytest.mark.slow
 
 BOUNDARY = "megatron/bridge/models/model_provider.py"
-EXECUTE = ("import sys, runtime.bootstrap as boot\nboot.use_bundle()\nfrom runtime.entry import execute\n"
-           "execute(sys.argv[1], sys.argv[2])\n")
 #: Run in the twin as `python -c TOY DIR`: a one-layer Qwen2 with a character tokenizer in DIR, and a Megatron
 #: indexed shard of its tokens in DIR/corpus (megatron-core's own writer) with prep_pretrain's blend.json.
 TOY = """
@@ -92,26 +90,13 @@ def through_the_entry(root: Path, stage: str, folders: dict[str, Path], kinds: d
     """nano3's `stage` recorded as the submit path records it, its inputs added with `jobs add` (as a user
     brings their own), then run by the job's entry in the twin's Python: (store, run id, the process)."""
     from helpers import run_jobs
-    from jobs import bundle
-    from jobs.plan import make_plan
-    from jobs.provenance import CodeChanged
-    from jobs.record import record
     from lineage import Store
 
     for role, folder in folders.items():
         added = run_jobs(root, "add", str(folder), "--kind", kinds[role], "--name", f"toy/{role}")
         assert added.code == 0, added.err
-    store = Store(root)
-    for tries in range(5):   # the snapshot refuses code that changes under it (an edit in the checkout)
-        plan = make_plan(store, "nano3", stage, overrides=overrides, inputs=[f"{role}=toy/{role}:latest" for role in folders])
-        try:
-            (run_id,) = record(store, plan)
-            break
-        except CodeChanged:
-            assert tries < 4
-    shipped = bundle.store(bundle.collect(), root)   # submitit for the job's start, as a container job gets it
-    r = NEMO_TWIN.run(["-c", EXECUTE, str(root), run_id], timeout=300, env={"JOBS_RUNTIME_BUNDLE": str(shipped)})
-    return store, run_id, r
+    run_id, r = NEMO_TWIN.execute(root, "nano3", stage, [f"{role}=toy/{role}:latest" for role in folders], overrides)
+    return Store(root), run_id, r
 
 
 @pytest.mark.parametrize("stage", list(STAGES))

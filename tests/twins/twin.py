@@ -78,6 +78,33 @@ class Twin:
         return subprocess.run([str(self.py), *args], capture_output=True, text=True, timeout=timeout, env=full,
                               cwd=kw.pop("cwd", ROOT), **kw)
 
+    def execute(self, root: Path, recipe: str, stage: str, inputs: list[str], overrides: list[str] = (),
+                env: dict | None = None, timeout: float = 300) -> tuple[str, subprocess.CompletedProcess]:
+        """A run of the recipe's stage recorded in the store at `root`, then run by the job's entry in the twin's
+        Python, started the way a container job starts (runtime.bootstrap with the runtime bundle): its id and
+        the finished process."""
+        from jobs import bundle
+        from jobs.plan import make_plan
+        from jobs.provenance import CodeChanged
+        from jobs.record import record
+        from lineage import Store
+
+        store = Store(root)
+        for tries in range(5):   # the snapshot refuses code that changes under it (an edit in the checkout)
+            plan = make_plan(store, recipe, stage, overrides=list(overrides), inputs=inputs)
+            try:
+                (run_id,) = record(store, plan)
+                break
+            except CodeChanged:
+                assert tries < 4
+        shipped = bundle.store(bundle.collect(), root)   # submitit for the job's start, as a container job gets it
+        return run_id, self.run(["-c", EXECUTE, str(root), run_id], timeout=timeout,
+                                env={"JOBS_RUNTIME_BUNDLE": str(shipped), **(env or {})})
+
+
+#: `python -c EXECUTE STORE RUN_ID`: the job's entry, as a container job starts it.
+EXECUTE = ("import sys, runtime.bootstrap as boot\nboot.use_bundle()\nfrom runtime.entry import execute\n"
+           "execute(sys.argv[1], sys.argv[2])\n")
 
 NEMO_RL_TWIN = Twin("nemo-rl", ROOT / ".venv-nemo-rl", ROOT / ".venv-nemo-rl" / "nemo-rl", "docker/Dockerfile")
 NEMO_RL_VLLM_TWIN = Twin("nemo-rl-vllm", ROOT / ".venv-nemo-rl-vllm", ROOT / ".venv-nemo-rl-vllm" / "nemo-rl",
