@@ -32,6 +32,10 @@ def test_the_vllm_python_check_names_the_python_that_lacks_vllm(tmp_path):
     assert missing_in(python, why) == ["vllm"]
     assert missing_in(OTHER, why) == []
     assert missing_in(sys.executable, why) == []
+    assert missing_in(str(NEMO_RL_TWIN.py), why) == ["vllm"]          # the image's default venv, as its twin
+    if NEMO_RL_VLLM_TWIN.py.exists():                                  # and its vLLM worker's venv, as its twin
+        assert missing_in(str(NEMO_RL_VLLM_TWIN.py), why) == []
+        check_image(spec(str(NEMO_RL_VLLM_TWIN.py)))
     check_image(spec(OTHER))                      # this Python has what eval's own process imports
     with pytest.raises(ImageLacks) as err:
         check_image(s)
