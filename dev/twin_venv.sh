@@ -13,7 +13,7 @@
 #                                (/opt/ray_venvs/nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker,
 #                                run as /usr/local/bin/python-VllmGenerationWorker), NeMo RL 823fcc904
 #
-# What differs from both images: Debian 12's Python 3.11 (the images: 3.12; Debian 12 has no 3.12); torch
+# What differs from the images: Debian 12's Python 3.11 (the images: 3.12; Debian 12 has no 3.12); torch
 # is this machine's CPU build 2.13.0 (the locks' 2.9.0 is a CUDA build: PyPI's wheel pulls ~3 GB of CUDA
 # libraries, and no CPU build of 2.9.0 can be fetched here). Each stand-in or absence is a row of
 # dev/twin_standins.txt, with its reason.
@@ -51,8 +51,9 @@ case "$twin" in
     on_path=(nemo-rl)
     lock=nemo-rl/uv.lock
     # What an eval engine process imports (stages/eval.py _engine_process: torch, `from vllm import LLM,
-    # SamplingParams`, LLM(...) up to its platform check) and what those import at module level (measured:
-    # each added until the import passed).
+    # SamplingParams`, LLM(...) up to its platform check). vllm alone pulled in all of it (measured: the
+    # engine ran to vLLM's device check), the rest held to the lock by the constraints; the others are named
+    # so that the version check covers what the engine's path imports directly.
     packages=(vllm transformers tokenizers huggingface-hub safetensors numpy)
     extra=()
     # vLLM's wheel asks for them (torchvision, torchaudio, xformers, flashinfer-python at CUDA builds for
