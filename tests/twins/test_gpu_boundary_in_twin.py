@@ -30,6 +30,7 @@ def refusal_line() -> int:
 
 def test_nano3_grpo_through_the_job_entry_stops_at_the_gpu_boundary_and_the_record_says_where(tmp_path):
     from helpers import run_jobs
+    from lineage import Store
 
     r = run(["-c", TOY, str(tmp_path / "model")])
     assert r.returncode == 0, r.stderr[-2000:]
@@ -38,10 +39,13 @@ def test_nano3_grpo_through_the_job_entry_stops_at_the_gpu_boundary_and_the_reco
         (tmp_path / "prompts" / f"{split}.jsonl").write_text(
             "".join(f'{{"prompt": "{a}+{a}=?", "answer": "{2 * a}"}}\n' for a in range(1, 9)))
     root = tmp_path / "store"
-    store, run_id, r = NEMO_RL_TWIN.through_the_entry(
-        root, "rl", {"policy": (tmp_path / "model", "model"), "prompts": (tmp_path / "prompts", "rl-prompts")}, [],
-        env={"JOBS_RAY_READY_TIMEOUT_S": "120",
-             "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "1"})   # NeMo RL's own knob: ask once, not 6 times
+    for src, kind in (("model", "model"), ("prompts", "rl-prompts")):   # as a user brings their own
+        added = run_jobs(root, "add", str(tmp_path / src), "--kind", kind, "--name", f"toy/{src}")
+        assert added.code == 0, added.err
+    store = Store(root)
+    run_id, r = NEMO_RL_TWIN.execute(root, "nano3", "rl", ["policy=toy/model:latest", "prompts=toy/prompts:latest"],
+                                     env={"JOBS_RAY_READY_TIMEOUT_S": "120",
+                                          "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "1"})   # NeMo RL's own knob: ask once, not 6 times
     assert r.returncode != 0
     view = store.run(run_id)
     (attempt,) = view.attempts

@@ -86,12 +86,26 @@ def toy(tmp_path_factory):
     return root
 
 
+def through_the_entry(root: Path, stage: str, folders: dict[str, Path], kinds: dict[str, str], overrides: list[str]):
+    """nano3's `stage` recorded as the submit path records it, its inputs added with `jobs add` (as a user
+    brings their own), then run by the job's entry in the twin's Python: (store, run id, the process)."""
+    from helpers import run_jobs
+    from lineage import Store
+
+    for role, folder in folders.items():
+        added = run_jobs(root, "add", str(folder), "--kind", kinds[role], "--name", f"toy/{role}")
+        assert added.code == 0, added.err
+    run_id, r = NEMO_TWIN.execute(root, "nano3", stage, [f"{role}=toy/{role}:latest" for role in folders], overrides)
+    return Store(root), run_id, r
+
+
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_nano3_megatron_stage_through_the_job_entry_stops_at_the_gpu_boundary(stage, toy, tmp_path):
     roles, overrides = STAGES[stage]
     root = tmp_path / "store"
-    store, run_id, r = NEMO_TWIN.through_the_entry(root, stage, {role: (toy / folder, kind) for role, (folder, kind) in roles.items()},
-                                                   [f"base_model.hf_model_id={toy / 'model'}", *overrides])
+    store, run_id, r = through_the_entry(root, stage, {role: toy / folder for role, (folder, _) in roles.items()},
+                                         {role: kind for role, (_, kind) in roles.items()},
+                                         [f"base_model.hf_model_id={toy / 'model'}", *overrides])
     assert r.returncode != 0
     view = store.run(run_id)
     (attempt,) = view.attempts
@@ -124,11 +138,11 @@ def test_nano3_cpu_stage_through_the_job_entry_succeeds_in_the_nemo_twin(stage, 
     if stage == "prep_sft":   # the sources made by the twin's libraries (its tokenizer files are transformers 4.57's)
         r = NEMO_TWIN.run([make.__file__, str(tmp_path / "sources")])
         assert r.returncode == 0, r.stderr[-2000:]
-        inputs = {"tokenizer": (tmp_path / "sources" / "tokenizer", "tokenizer")}
+        folders, kinds = {"tokenizer": tmp_path / "sources" / "tokenizer"}, {"tokenizer": "tokenizer"}
         overrides = make.overrides(tmp_path / "sources")["prep_sft"]
     else:
-        inputs, overrides = {"model": (toy / "model", "model")}, []
-    store, run_id, r = NEMO_TWIN.through_the_entry(tmp_path / "store", stage, inputs, overrides)
+        folders, kinds, overrides = {"model": toy / "model"}, {"model": "model"}, []
+    store, run_id, r = through_the_entry(tmp_path / "store", stage, folders, kinds, overrides)
     view = store.run(run_id)
     assert r.returncode == 0 and view.state == "SUCCEEDED", (view.attempts, r.stderr[-3000:])
     assert view.attempts[-1]["python_executable"].startswith(str(NEMO_TWIN.venv))

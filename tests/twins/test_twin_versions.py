@@ -1,7 +1,8 @@
 """Each twin holds its image's versions: every library the job's path imports there is at the version of
 the image's own uv.lock (NeMo RL 823fcc904's for nemo-rl, Megatron-Bridge 1cedb0a9c's for nemo), read from
 the lock, not restated; the only exceptions are the stand-ins and absences dev/twin_standins.txt lists
-(torch: a CPU build; Transformer Engine: none)."""
+(torch: a CPU build; Transformer Engine: none). The nemo-rl image's vLLM worker venv is a twin of its own
+(nemo-rl-vllm), with the same NeMo RL lock."""
 from __future__ import annotations
 
 import re
@@ -10,13 +11,14 @@ import sys
 
 import pytest
 
-from twin import NEMO_RL_TWIN, NEMO_TWIN, ROOT
+from twin import ROOT, TWINS
 
 TOOL = ROOT / "dev" / "twin_lock.py"
 sys.path.insert(0, str(TOOL.parent))
 #: A library of each twin and another version to plant in a copy of its lock.
-PLANT = {"nemo-rl": ("ray", "2.49.2", "2.52.0"), "nemo": ("transformers", "4.57.1", "4.57.3")}
-twins = pytest.mark.parametrize("twin", [NEMO_RL_TWIN, NEMO_TWIN], ids=lambda t: t.image)
+PLANT = {"nemo-rl": ("ray", "2.49.2", "2.52.0"), "nemo-rl-vllm": ("vllm", "0.11.2", "0.11.1"),
+         "nemo": ("transformers", "4.57.1", "4.57.3")}
+twins = pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.image)
 
 
 def check(twin, lock) -> subprocess.CompletedProcess:
@@ -29,7 +31,7 @@ def check(twin, lock) -> subprocess.CompletedProcess:
 def test_every_library_the_twin_was_built_with_is_at_the_images_lock_version(twin):
     r = check(twin, twin.lock)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert {"ray[default]", "transformers"} <= set(twin.venv.joinpath("packages.txt").read_text().split())
+    assert {PLANT[twin.image][0], "transformers"} <= {n.split("[")[0] for n in twin.venv.joinpath("packages.txt").read_text().split()}
 
 
 @twins

@@ -1,6 +1,7 @@
 """The CPU twins of NVIDIA's images' Pythons (dev/twin_venv.sh): .venv-nemo-rl (the nemo-rl image's default
-venv) and .venv-nemo (the nemo image's /opt/venv): where they are, and running this project's code in one as
-a job in that image would (our runtime bundle on the path, nothing else of ours)."""
+venv), .venv-nemo-rl-vllm (the same image's vLLM worker venv, python-VllmGenerationWorker) and .venv-nemo (the
+nemo image's /opt/venv): where they are, and running this project's code in one as a job in that image would
+(our runtime bundle on the path, nothing else of ours)."""
 from __future__ import annotations
 
 import os
@@ -27,11 +28,6 @@ fast.save_pretrained(sys.argv[1])
 LlamaForCausalLM(LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                              num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)).save_pretrained(sys.argv[1])
 """
-
-
-#: Run in a twin as `python -c EXECUTE STORE RUN`: the job's entry, as runtime.bootstrap starts it in an image.
-EXECUTE = ("import sys, runtime.bootstrap as boot\nboot.use_bundle()\nfrom runtime.entry import execute\n"
-           "execute(sys.argv[1], sys.argv[2])\n")
 
 
 @dataclass(frozen=True)
@@ -78,37 +74,39 @@ class Twin:
         return subprocess.run([str(self.py), *args], capture_output=True, text=True, timeout=timeout, env=full,
                               cwd=kw.pop("cwd", ROOT), **kw)
 
-    def through_the_entry(self, root: Path, stage: str, inputs: dict[str, tuple[Path, str]], overrides: list[str],
-                          env: dict | None = None, timeout: float = 300):
-        """nano3's `stage` recorded as the submit path records it (plan, record), its inputs ({role: (folder,
-        kind)}) added with `jobs add` as a user brings their own, then run by the job's entry in the twin's Python,
-        started as a container job starts (runtime.bootstrap with the runtime bundle): (store, run id, process)."""
-        from helpers import run_jobs
+    def execute(self, root: Path, recipe: str, stage: str, inputs: list[str], overrides: list[str] = (),
+                env: dict | None = None, timeout: float = 300) -> tuple[str, subprocess.CompletedProcess]:
+        """A run of the recipe's stage recorded in the store at `root`, then run by the job's entry in the twin's
+        Python, started the way a container job starts (runtime.bootstrap with the runtime bundle): its id and
+        the finished process."""
         from jobs import bundle
         from jobs.plan import make_plan
         from jobs.provenance import CodeChanged
         from jobs.record import record
         from lineage import Store
 
-        for role, (folder, kind) in inputs.items():
-            added = run_jobs(root, "add", str(folder), "--kind", kind, "--name", f"toy/{role}")
-            assert added.code == 0, added.err
         store = Store(root)
         for tries in range(5):   # the snapshot refuses code that changes under it (an edit in the checkout)
-            plan = make_plan(store, "nano3", stage, overrides=overrides, inputs=[f"{role}=toy/{role}:latest" for role in inputs])
+            plan = make_plan(store, recipe, stage, overrides=list(overrides), inputs=inputs)
             try:
                 (run_id,) = record(store, plan)
                 break
             except CodeChanged:
                 assert tries < 4
         shipped = bundle.store(bundle.collect(), root)   # submitit for the job's start, as a container job gets it
-        return store, run_id, self.run(["-c", EXECUTE, str(root), run_id], timeout=timeout,
-                                       env={"JOBS_RUNTIME_BUNDLE": str(shipped), **(env or {})})
+        return run_id, self.run(["-c", EXECUTE, str(root), run_id], timeout=timeout,
+                                env={"JOBS_RUNTIME_BUNDLE": str(shipped), **(env or {})})
 
+
+#: `python -c EXECUTE STORE RUN_ID`: the job's entry, as a container job starts it.
+EXECUTE = ("import sys, runtime.bootstrap as boot\nboot.use_bundle()\nfrom runtime.entry import execute\n"
+           "execute(sys.argv[1], sys.argv[2])\n")
 
 NEMO_RL_TWIN = Twin("nemo-rl", ROOT / ".venv-nemo-rl", ROOT / ".venv-nemo-rl" / "nemo-rl", "docker/Dockerfile")
+NEMO_RL_VLLM_TWIN = Twin("nemo-rl-vllm", ROOT / ".venv-nemo-rl-vllm", ROOT / ".venv-nemo-rl-vllm" / "nemo-rl",
+                         "docker/Dockerfile")
 NEMO_TWIN = Twin("nemo", ROOT / ".venv-nemo", ROOT / ".venv-nemo" / "Megatron-Bridge", "docker/Dockerfile.ci")
-TWINS = (NEMO_RL_TWIN, NEMO_TWIN)
+TWINS = (NEMO_RL_TWIN, NEMO_RL_VLLM_TWIN, NEMO_TWIN)
 # The nemo-rl twin's, by the names its tests use.
 VENV, PY, NEMO_RL, LOCK = NEMO_RL_TWIN.venv, NEMO_RL_TWIN.py, NEMO_RL_TWIN.checkout, NEMO_RL_TWIN.lock
 require, image_env, run = NEMO_RL_TWIN.require, NEMO_RL_TWIN.image_env, NEMO_RL_TWIN.run
