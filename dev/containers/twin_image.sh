@@ -21,7 +21,8 @@ root=$(cd "$here/../.." && pwd)
 . "$here/env.sh"
 name=${1:?usage: twin_image.sh nemo-rl|nemo}
 # Per twin: its venv, where the image keeps its Python, the upstream checkouts (a folder of the venv, then
-# where the image has it), the Dockerfile the image's environment is read from, what must import there.
+# where the image has it), the Dockerfile the image's environment is read from, what must import there,
+# and the image's worker venvs (twins of their own, dev/twin_venv.sh).
 case $name in
   nemo-rl)   # NeMo RL's docker/Dockerfile: /opt/nemo_rl_venv, the checkout at /opt/nemo-rl
     venv=$root/.venv-nemo-rl
@@ -31,6 +32,9 @@ case $name in
     commit=823fcc904
     build_args=(NEMO_RL_COMMIT=$commit)
     imports="ray, nemo_rl"
+    # The vLLM generation worker's venv, where NeMo RL keeps it ($NEMO_RL_VENV_DIR/<the actor's class>),
+    # and the command prefetch_venvs.py makes for it: VENV:WHERE:COMMAND
+    workers=("$root/.venv-nemo-rl-vllm:/opt/ray_venvs/nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker:python-VllmGenerationWorker")
     ;;
   nemo)      # Megatron-Bridge's docker/Dockerfile.ci: /opt/venv, Bridge at /opt/Megatron-Bridge, its Megatron-LM in 3rdparty/
     venv=$root/.venv-nemo
@@ -40,6 +44,7 @@ case $name in
     commit=1cedb0a9c
     build_args=()
     imports="ray, megatron.core, transformers; assert u.find_spec('megatron.bridge')"
+    workers=()
     ;;
   *) echo "twin_image.sh: no twin named $name" >&2; exit 2 ;;
 esac
@@ -47,9 +52,19 @@ repo=jobs/twin-$name
 ref=$registry_addr/$repo:$commit
 jobs=("$root/.venv/bin/python" -m jobs.cli)
 export PYTHONPATH=$root JOBS_CONTAINERS_LOCK=$dev_lock
-venv=$(cd "$venv" 2>/dev/null && pwd -P) && twin_stamp=$(cd "$venv" && ls .installed-* 2>/dev/null) || { echo "twin_image.sh: $venv is not built (dev/twin_venv.sh)" >&2; exit 1; }
+built() {  # built VENV: its real path, once dev/twin_venv.sh has built it
+  local v
+  v=$(cd "$1" 2>/dev/null && pwd -P) && [ -n "$(cd "$v" && ls .installed-* 2>/dev/null)" ] && echo "$v" ||
+    { echo "twin_image.sh: $1 is not built (dev/twin_venv.sh)" >&2; return 1; }
+}
+venv=$(built "$venv")
+twin_stamps=$(cd "$venv" && ls .installed-*)
+for w in "${workers[@]}"; do
+  wv=$(built "${w%%:*}")
+  twin_stamps+=" $(cd "$wv" && ls .installed-*)"
+done
 key=$( { cat "$here/twin_image.sh" "$here/rootfs.sh" "$here/env.sh" "$here/oci_layout.py" "$here/dockerfile_env.py"
-         echo "$twin_stamp"; } | sha256sum | cut -c1-16)
+         echo "$twin_stamps"; } | sha256sum | cut -c1-16)
 stamp=$image_dir/twin-$name-$key
 if [ -f "$stamp" ]; then
   digest=$(cat "$stamp")
@@ -67,25 +82,39 @@ mkdir -p "$build/rootfs" "$sqsh_dir"
 "$here/rootfs.sh"
 tar -C "$build/rootfs" -xf "$image_dir"/base-*.tar
 rootfs=$build/rootfs
-dest=$rootfs$python_at
-mkdir -p "$dest"
-excludes=(--exclude='./.installed-*')
+# place VENV AT: the venv (without the checkouts, which go where the image keeps them) at AT in the image;
+# its base interpreter the image's own, its scripts and path files pointing at the image's places.
+place() {
+  local from=$1 at=$2 pair excludes=(--exclude='./.installed-*') rewrite=()
+  for pair in "${sources[@]}"; do
+    excludes+=(--exclude="./${pair%%:*}")
+    rewrite+=(-e "s|$from/${pair%%:*}|${pair#*:}|g")
+  done
+  mkdir -p "$rootfs$at"
+  tar -C "$from" "${excludes[@]}" -cf - . | tar -C "$rootfs$at" -xf -
+  printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = %s\nexecutable = /usr/bin/python3.11\n' \
+    "$version" >"$rootfs$at/pyvenv.cfg"
+  ln -sfn /usr/bin/python3.11 "$rootfs$at/bin/python3.11"
+  grep -lI "^#!$from/bin/python" "$rootfs$at"/bin/* | xargs -r sed -i "1s|^#!$from/bin/python|#!$at/bin/python|"
+  sed -i "${rewrite[@]}" -e "s|$from|$at|g" "$rootfs$at"/lib/python3.11/site-packages/*.pth
+}
 for pair in "${sources[@]}"; do
-  from=${pair%%:*} to=${pair#*:}
-  excludes+=(--exclude="./$from")
-  mkdir -p "$rootfs$to"
-  tar -C "$venv/$from" -cf - . | tar -C "$rootfs$to" -xf -
+  mkdir -p "$rootfs${pair#*:}"
+  tar -C "$venv/${pair%%:*}" -cf - . | tar -C "$rootfs${pair#*:}" -xf -
 done
-tar -C "$venv" "${excludes[@]}" -cf - . | tar -C "$dest" -xf -
-# The venv's base interpreter: the image's own. Its scripts and path files: the image's places.
 version=$(chroot "$rootfs" /usr/bin/python3.11 -c 'import platform; print(platform.python_version())')
-printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = %s\nexecutable = /usr/bin/python3.11\n' \
-  "$version" >"$dest/pyvenv.cfg"
-ln -sfn /usr/bin/python3.11 "$dest/bin/python3.11"
-grep -lI "^#!$venv/bin/python" "$dest"/bin/* | xargs -r sed -i "1s|^#!$venv/bin/python|#!$python_at/bin/python|"
-rewrite=()
-for pair in "${sources[@]}"; do rewrite+=(-e "s|$venv/${pair%%:*}|${pair#*:}|g"); done
-sed -i "${rewrite[@]}" -e "s|$venv|$python_at|g" "$dest"/lib/python3.11/site-packages/*.pth
+place "$venv" "$python_at"
+for w in "${workers[@]}"; do
+  IFS=: read -r from at command <<<"$w"
+  place "$(cd "$from" && pwd -P)" "$at"
+  # The worker's command, as NeMo RL's prefetch_venvs.py makes it in the image: that venv's Python, active.
+  printf '#!/bin/sh\nexport VIRTUAL_ENV=%s PATH=%s/bin:"$PATH"\nexec %s/bin/python "$@"\n' "$at" "$at" "$at" \
+    >"$rootfs/usr/local/bin/$command"
+  chmod 755 "$rootfs/usr/local/bin/$command"
+  chroot "$rootfs" env -i PATH=/usr/bin:/bin "/usr/local/bin/$command" -c "import sys, importlib.util as u
+assert sys.prefix == '$at' and u.find_spec('vllm') and u.find_spec('nemo_rl'), sys.prefix
+print('twin: $command is', sys.prefix)"
+done
 "$root/.venv/bin/python" "$here/dockerfile_env.py" "$dockerfile" "${build_args[@]}" >"$build/env"
 # The image's Python, as a job there gets it (the config's PATH, nothing of the host's): NVIDIA's
 # library and the image's Ray, and nothing of this project's launcher (cloudpickle is in the lock: mlflow, ray).

@@ -3,7 +3,7 @@ each twin (dev/containers/twin_image.sh) is pushed to the local registry, pinned
 lock as `twin-NAME` and imported as a squashfs; the test's lock maps the recipe's `nemo` and `nemo-rl` to
 them. A job starts as every container job does (sbatch, srun, ch-run with the image's own environment,
 runtime.bootstrap with the runtime bundle) and runs in the image's Python: the CPU stages to the end, the
-GPU stages through NVIDIA's own code (Megatron-Bridge's AutoBridge, NeMo RL's drivers) up to the first
+GPU stages through NVIDIA's own code (Megatron-Bridge's AutoBridge, NeMo RL's drivers, vLLM's engine) up to the first
 call a CPU refuses, which the run records as its GPU boundary."""
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ MAKE = Path(make.__file__)
 #: Where each GPU stage stops: the upstream file that refused (a CPU has no CUDA device to give).
 BRIDGE = "megatron/bridge/models/model_provider.py"      # provide_distributed_model: torch.cuda.set_device
 NEMO_RL = "nemo_rl/distributed/virtual_cluster.py"        # the placement groups: "Not enough GPUs available"
+VLLM = "vllm/config/device.py"                            # an engine's LLM(...): no platform, no device
 #: Run in the nemo twin as `python3 -c BASE SRC`: a one-layer Qwen2 with the sources' tokenizer, in SRC/qwen
 #: (a Llama's Megatron provider asks for rope fusion, which needs Transformer Engine: not in the twin).
 BASE = """
@@ -62,6 +63,8 @@ RUNS = {
     "rl": ("rl", ["--input", "policy=toy/qwen:latest"], "nemo-rl", NEMO_RL),
     "rl-dpo": ("rl", ["--input", "policy=toy/qwen:latest", "rl.algorithm=dpo",
                       "rl.checkpointing.metric_name=val:validation-heldout_accuracy"], "nemo-rl", NEMO_RL),
+    # The job in the image's default venv, its vLLM engines in the image's python-VllmGenerationWorker.
+    "eval": ("eval", ["--input", "model=toy/qwen:latest", "tracking.wandb=disabled"], "nemo-rl", VLLM),
 }
 #: NeMo RL's driver each nemo-rl run starts from the image's checkout.
 DRIVERS = {"rm": "examples/run_rm.py", "rl": "examples/run_grpo_math.py", "rl-dpo": "examples/run_dpo.py"}
@@ -150,7 +153,11 @@ def test_nano3s_nine_stages_in_the_twin_images_on_slurm_succeed_or_stop_at_their
         assert attempt["boundary"]["file"] == end, (where, attempt["boundary"])
         assert {"verify", "stage"} <= set(attempt["phases"]), (where, attempt["phases"])
         log = run_jobs(store_path, "logs", runs[name], env=env)
-        if image == "nemo-rl":     # NeMo RL's driver from the image's checkout, on the config the run rendered
+        if end == VLLM:            # both engines got there, each in the image's vLLM worker venv
+            assert attempt["boundary"]["message"] == "vLLM found no platform (no GPU): Device string must not be empty"
+            assert (log.out + log.err).count("RuntimeError: Device string must not be empty") == 2, (log.out + log.err)[-3000:]
+            assert "/opt/ray_venvs/nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker/lib/" in log.out + log.err
+        elif image == "nemo-rl":   # NeMo RL's driver from the image's checkout, on the config the run rendered
             assert attempt["boundary"]["message"].startswith("Not enough GPUs available. Requested "), attempt["boundary"]
             assert f"/opt/nemo-rl/{DRIVERS[name]}" in log.out + log.err and "Loaded configuration from: " in log.out + log.err
             assert "ray_start" in attempt["phases"]
@@ -161,11 +168,11 @@ def test_nano3s_nine_stages_in_the_twin_images_on_slurm_succeed_or_stop_at_their
     in_twin(twins["nemo"][1], tmp_path, "python3", "-c",
             "import sys; from transformers import AutoModelForCausalLM as M; M.from_pretrained(sys.argv[1])", str(hf))
 
-    # eval: its vLLM engines run in the nemo-rl image's vLLM Python, which the twin lacks (vLLM 0.11.2's
-    # only build is CUDA's). Refused at submit, in one line, before a queue wait; nothing recorded.
+    # An image without the vLLM Python a config names: refused at submit, in one line, before a queue
+    # wait; nothing recorded.
     before = sorted(p.name for p in (store_path / "runs").iterdir())
     r = run_jobs(store_path, "submit", "nano3", "--stage", "eval", "--executor", "slurm", "--profile", "twin",
-                 "--input", "model=toy/qwen:latest", env=env)
+                 "--input", "model=toy/qwen:latest", "eval.vllm_python=/usr/local/bin/python-NoSuchWorker", env=env)
     assert r.code == 2 and r.err.count("\n") == 1 and "Traceback" not in r.err, r.err
-    assert f"image {twins['nemo-rl'][0].reference}'s /usr/local/bin/python-VllmGenerationWorker lacks vllm" in r.err, r.err
+    assert f"image {twins['nemo-rl'][0].reference}'s /usr/local/bin/python-NoSuchWorker lacks vllm" in r.err, r.err
     assert sorted(p.name for p in (store_path / "runs").iterdir()) == before
