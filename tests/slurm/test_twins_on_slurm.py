@@ -22,6 +22,9 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources")
 import make  # noqa: E402
 from test_containers_on_slurm import SQSH, submitted, wait_all  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "twins"))
+from twin import TOY_BRIDGE  # noqa: E402
+
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 DEV = Path(os.environ.get("JOBS_DEV_DIR", "/var/lib/jobs-dev"))
@@ -45,14 +48,6 @@ Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_s
                              tie_word_embeddings=True)).save_pretrained(src / "qwen")
 tok.save_pretrained(src / "qwen")
 """
-#: Toy sizes of the Megatron stages: short sequences, two iterations (the recipe's parallel layout kept).
-TOY_BRIDGE = {
-    "pretrain": ["pretrain.model.seq_length=32", "pretrain.train.train_iters=2", "pretrain.train.global_batch_size=64",
-                 "pretrain.train.eval_interval=2", "pretrain.train.eval_iters=1", "pretrain.checkpoint.save_interval=2"],
-    "sft": ["sft.dataset.seq_length=32", "sft.dataset.packed_sequence=false", "sft.train.train_iters=2",
-            "sft.train.global_batch_size=64", "sft.train.eval_interval=2", "sft.train.eval_iters=1",
-            "sft.checkpoint.save_interval=2"],
-}
 #: The runs after the prep stages: stage, its arguments (inputs a prep stage did not make come from the toy
 #: base, as a user brings their own), the image, and where it ends: SUCCEEDED, or its GPU boundary's file.
 RUNS = {

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from twin import NEMO_TWIN
+from twin import NEMO_TWIN, TOY_BRIDGE
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures" / "nano3_sources"))
 
@@ -52,17 +52,11 @@ for a in range(1, 40):
 shard.finalize(str(out / "corpus" / "toy" / "train_00000.idx"))
 (out / "corpus" / "blend.json").write_text(json.dumps({"toy/train_00000": 1.0}))
 """
-#: Each stage's inputs (folder under the toy's, kind) and the overrides that make it toy-sized: short
-#: sequences, two iterations (the recipe's parallel layout kept: the import builds the toy at TP 1);
+#: Each stage's inputs (folder under the toy's, kind) and the overrides that make it toy-sized (TOY_BRIDGE);
 #: pretrain starts from the toy (base_model), sft from the toy as its `model` input.
 STAGES = {
-    "pretrain": ({"corpus": ("corpus", "pretrain-blend"), "tokenizer": ("model", "tokenizer")},
-                 ["pretrain.model.seq_length=32", "pretrain.train.train_iters=2", "pretrain.train.global_batch_size=64",
-                  "pretrain.train.eval_interval=2", "pretrain.train.eval_iters=1", "pretrain.checkpoint.save_interval=2"]),
-    "sft": ({"model": ("model", "model"), "data": ("sft", "sft-data")},
-            ["sft.dataset.seq_length=32", "sft.dataset.packed_sequence=false", "sft.train.train_iters=2",
-             "sft.train.global_batch_size=64", "sft.train.eval_interval=2", "sft.train.eval_iters=1",
-             "sft.checkpoint.save_interval=2"]),
+    "pretrain": ({"corpus": ("corpus", "pretrain-blend"), "tokenizer": ("model", "tokenizer")}, TOY_BRIDGE["pretrain"]),
+    "sft": ({"model": ("model", "model"), "data": ("sft", "sft-data")}, TOY_BRIDGE["sft"]),
 }
 
 

@@ -98,6 +98,16 @@ class Twin:
                                 env={"JOBS_RUNTIME_BUNDLE": str(shipped), **(env or {})})
 
 
+#: nano3's Megatron stages at toy size: short sequences, two iterations (the recipe's parallel layout kept:
+#: Bridge's import builds the toy at TP 1).
+TOY_BRIDGE = {
+    "pretrain": ["pretrain.model.seq_length=32", "pretrain.train.train_iters=2", "pretrain.train.global_batch_size=64",
+                 "pretrain.train.eval_interval=2", "pretrain.train.eval_iters=1", "pretrain.checkpoint.save_interval=2"],
+    "sft": ["sft.dataset.seq_length=32", "sft.dataset.packed_sequence=false", "sft.train.train_iters=2",
+            "sft.train.global_batch_size=64", "sft.train.eval_interval=2", "sft.train.eval_iters=1",
+            "sft.checkpoint.save_interval=2"],
+}
+
 #: `python -c EXECUTE STORE RUN_ID`: the job's entry, as a container job starts it.
 EXECUTE = ("import sys, runtime.bootstrap as boot\nboot.use_bundle()\nfrom runtime.entry import execute\n"
            "execute(sys.argv[1], sys.argv[2])\n")
