@@ -1,5 +1,5 @@
 """A run's states. The record holds them as strings (the enum's values); a run's state is the last
-one its events name."""
+one its events name, except that CANCELLED is final."""
 from __future__ import annotations
 
 from enum import StrEnum

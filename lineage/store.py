@@ -103,7 +103,10 @@ def fold(run_id: str, spec: RunSpec, events: list[dict]) -> RunView:
     for ev in sorted(events, key=lambda e: (e["time"], e["id"])):
         kind = ev["kind"]
         if kind == "status":
-            view.state, view.reason = ev["state"], ev.get("reason")
+            # A cancel is final: a job whose start raced the scancel (it read its run before the
+            # cancel, and Slurm kills it only after KillWait) still records its attempt, not a state.
+            if view.state != RunState.CANCELLED:
+                view.state, view.reason = ev["state"], ev.get("reason")
         elif kind == "attempt":
             merged = next((a for a in view.attempts if a["attempt"] == ev["attempt"]), None)
             if merged is None:

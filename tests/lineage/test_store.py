@@ -120,6 +120,17 @@ def test_run_state_is_the_fold_of_events(tmp_path):
     assert len(records) == 5 and all(json.loads(p.read_text()) for p in records)
 
 
+def test_a_cancel_is_final_though_a_racing_job_records_its_start_after_it(tmp_path):
+    """scancel took the job while it was starting: the job read its run before the cancel and writes
+    its attempt and RUNNING after it (Slurm kills it only after KillWait)."""
+    store = Store.open(tmp_path / "s", create=True)
+    run = store.create_run({"recipe": "tiny", "stage": "data", "inputs": {}, "config": {}})
+    store.add_event(run, "status", state="CANCELLED", reason="cancelled by user")
+    store.add_event(run, "attempt", attempt=1, start=1.0)
+    store.add_event(run, "status", state="RUNNING")
+    view = store.run(run)
+    assert (view.state, view.reason, len(view.attempts)) == ("CANCELLED", "cancelled by user", 1)
+
 def test_open_refuses_unusable_paths(tmp_path):
     with pytest.raises(StoreUnusable, match="no store"):
         Store.open(tmp_path / "missing")
