@@ -12,6 +12,9 @@
 #   dev/twin_venv.sh nemo-rl-vllm   .venv-nemo-rl-vllm: the same nemo-rl image's vLLM worker venv
 #                                (/opt/ray_venvs/nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker,
 #                                run as /usr/local/bin/python-VllmGenerationWorker), NeMo RL 823fcc904
+#   dev/twin_venv.sh nemotron    .venv-nemotron: the Python Nemotron e27b371's nano3 data prep runs in
+#                                (its runspec: anyscale/ray:2.49.2-py312, `uv run --extra xenna`); the kit ships
+#                                no lock, so its versions are dev/twin_nemotron.txt's, not an upstream lock's
 #
 # What differs from the images: Debian 12's Python 3.11 (the images: 3.12; Debian 12 has no 3.12); torch
 # is this machine's CPU build 2.13.0 (the locks' 2.9.0 is a CUDA build: PyPI's wheel pulls ~3 GB of CUDA
@@ -88,13 +91,24 @@ case "$twin" in
     absent=(torchvision)
     held=()
     ;;
-  *) echo "twin_venv: no twin of image $twin (nemo-rl, nemo-rl-vllm, nemo)" >&2; exit 2 ;;
+  nemotron)
+    # Nemotron's kit runs from its checkout (the runspec syncs the repository to the worker): src/ on the
+    # path, nemotron and nemo_runspec as its data_prep.py imports them. No uv.lock in the archive: what is
+    # installed is dev/twin_nemotron.txt, every distribution at one version, held exactly (no torch: the
+    # data prep is a CPU program and imports none).
+    archives=(nemotron-e27b371.tar.gz)
+    checkouts=(Nemotron)
+    on_path=(Nemotron/src)
+    lock=
+    pinned="$root/dev/twin_nemotron.txt"
+    ;;
+  *) echo "twin_venv: no twin of image $twin (nemo-rl, nemo-rl-vllm, nemo, nemotron)" >&2; exit 2 ;;
 esac
 venv="$root/.venv-$twin"
 for a in "${archives[@]}"; do
   [ -f "$mirror/$a" ] || { echo "twin_venv: $mirror/$a is missing (set JOBS_UPSTREAM_MIRROR)" >&2; exit 1; }
 done
-stamp="$venv/.installed-$(cat "$0" "$root/dev/twin_lock.py" "$root/dev/uv.sh" "${archives[@]/#/$mirror/}" | sha256sum | cut -c1-16)"
+stamp="$venv/.installed-$(cat "$0" "$root/dev/twin_lock.py" "$root/dev/uv.sh" ${pinned:+"$pinned"} "${archives[@]/#/$mirror/}" | sha256sum | cut -c1-16)"
 [ -f "$stamp" ] && exit 0
 for a in "${archives[@]}"; do (cd "$mirror" && grep " $a\$" SHA256SUMS | sha256sum -c --quiet -); done
 rm -rf "$venv"
@@ -104,9 +118,17 @@ for i in "${!archives[@]}"; do
   tar -xzf "$mirror/${archives[$i]}" -C "$venv/${checkouts[$i]}" --strip-components=1
 done
 printf "$venv/%s\n" "${on_path[@]}" >"$(echo "$venv"/lib/python3.*/site-packages)/${twin//-/_}_checkout.pth"
-lock="$venv/$lock"
 . "$root/dev/uv.sh"   # uv_setup: uv, and torch pinned to this machine's CPU build
 uv_setup "$venv"
+if [ -z "$lock" ]; then
+  # Without a lock: the pinned list, nothing else (pip's and setuptools' own aside); exactly it, or the set-up fails.
+  "${uv[@]}" -r "$pinned"
+  diff <(grep -v '^#' "$pinned" | sort) <("$venv/bin/uv" pip freeze --python "$venv/bin/python" | grep -viE '^(pip|setuptools|uv)==' | sort)
+  rm -f "$venv"/.installed-*
+  touch "$stamp"
+  exit 0
+fi
+lock="$venv/$lock"
 "$venv/bin/python" "$root/dev/twin_lock.py" pins "$lock" "${packages[@]}" >"$venv/requirements.txt"
 "$venv/bin/python" "$root/dev/twin_lock.py" constraints "$lock" torch "${absent[@]}" >"$venv/constraints.txt"
 { for name in "${absent[@]}"; do echo "$name; sys_platform == 'never'"; done; [ ${#held[@]} = 0 ] || printf '%s\n' "${held[@]}"; } >"$venv/overrides.txt"
