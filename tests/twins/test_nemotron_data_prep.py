@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -89,9 +91,17 @@ def both(tmp_path_factory):
     (out.parent / "tiny.yaml").write_text(nemotron_config(src, out, shards=3))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTHON", "VIRTUAL_ENV", "RAY_", "WANDB_")) and k != "NEMO_RUN_DIR"}
-    env.update(offline, PYTHONPYCACHEPREFIX=os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache"))
-    theirs = subprocess.run([str(PY), str(DATA_PREP), "--config", str(out.parent / "tiny.yaml")], cwd=out.parent,
-                            env=env, capture_output=True, text=True, timeout=300)
+    # After ours, not beside it, and with a Ray temp folder of its own: xenna's ray.init() starts a local
+    # cluster unless one that `ray start` recorded in that folder exists, and the state API its monitor lists
+    # actors by refuses to guess when several Ray instances run on the machine. Short: Ray's socket paths must
+    # fit in 107 bytes.
+    ray_tmp = tempfile.mkdtemp(prefix="rayn", dir="/tmp")
+    env.update(offline, RAY_TMPDIR=ray_tmp, PYTHONPYCACHEPREFIX=os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache"))
+    try:
+        theirs = subprocess.run([str(PY), str(DATA_PREP), "--config", str(out.parent / "tiny.yaml")], cwd=out.parent,
+                                env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert theirs.returncode == 0, (theirs.stdout + theirs.stderr)[-5000:]
     return {"src": src, "ours": blend, "theirs": out}
 
