@@ -91,14 +91,15 @@ def both(tmp_path_factory):
     (out.parent / "tiny.yaml").write_text(nemotron_config(src, out, shards=3))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTHON", "VIRTUAL_ENV", "RAY_", "WANDB_")) and k != "NEMO_RUN_DIR"}
-    # After ours, not beside it, and with a Ray temp folder of its own: xenna's ray.init() starts a local
-    # cluster unless one that `ray start` recorded in that folder exists, and the state API its monitor lists
-    # actors by refuses to guess when several Ray instances run on the machine. Short: Ray's socket paths must
-    # fit in 107 bytes.
+    # After ours, with a Ray temp folder of its own, and, as root, in a PID namespace of its own: xenna's
+    # ray.init() starts a local cluster, and the state API its monitor lists actors by finds that cluster by
+    # scanning the machine's processes for a GCS: it refuses to guess when another test's Ray runs beside it.
+    # Short: Ray's socket paths must fit in 107 bytes.
     ray_tmp = tempfile.mkdtemp(prefix="rayn", dir="/tmp")
     env.update(offline, RAY_TMPDIR=ray_tmp, PYTHONPYCACHEPREFIX=os.environ.get("PYTHONPYCACHEPREFIX", "/tmp/jobs-pycache"))
     try:
-        theirs = subprocess.run([str(PY), str(DATA_PREP), "--config", str(out.parent / "tiny.yaml")], cwd=out.parent,
+        alone = ["unshare", "--pid", "--fork", "--mount-proc"] if os.geteuid() == 0 else []
+        theirs = subprocess.run([*alone, str(PY), str(DATA_PREP), "--config", str(out.parent / "tiny.yaml")], cwd=out.parent,
                                 env=env, capture_output=True, text=True, timeout=300)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
