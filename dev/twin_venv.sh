@@ -12,6 +12,10 @@
 #   dev/twin_venv.sh nemo-rl-vllm   .venv-nemo-rl-vllm: the same nemo-rl image's vLLM worker venv
 #                                (/opt/ray_venvs/nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker,
 #                                run as /usr/local/bin/python-VllmGenerationWorker), NeMo RL 823fcc904
+#   dev/twin_venv.sh nemo-rl-mcore  .venv-nemo-rl-mcore: the same image's Megatron policy worker venv
+#                                (/opt/ray_venvs/nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker,
+#                                run as /usr/local/bin/python-MegatronPolicyWorker), NeMo RL 823fcc904 with its
+#                                Megatron-Bridge 079d5a94e and megatron-core terrykong/Megatron-LM@29e426c01
 #
 # What differs from the images: Debian 12's Python 3.11 (the images: 3.12; Debian 12 has no 3.12); torch
 # is this machine's CPU build 2.13.0 (the locks' 2.9.0 is a CUDA build: PyPI's wheel pulls ~3 GB of CUDA
@@ -64,6 +68,28 @@ case "$twin" in
     # takes 3.5.0, and without the hold xgrammar pulls the newest.
     held=(torch==2.13.0 triton==3.5.0)
     ;;
+  nemo-rl-mcore)
+    # prefetch_venvs.py's venv for the Megatron policy worker: `uv sync --locked --extra mcore` in /opt/nemo-rl,
+    # which installs NeMo RL, its Megatron-Bridge and Megatron-LM submodules (3rdparty/*-workspace) editable:
+    # the three trees on the path, where the image's checkout has them. The extra's Transformer Engine,
+    # flash-attn and vLLM are CUDA builds: absent (dev/twin_standins.txt); nothing of the extra's own pulls
+    # them in here, since the two workspaces are on the path, not installed.
+    archives=(nemo-rl-823fcc904.tar.gz megatron-bridge-079d5a94e.tar.gz megatron-lm-29e426c01.tar.gz)
+    checkouts=(nemo-rl nemo-rl/3rdparty/Megatron-Bridge-workspace/Megatron-Bridge nemo-rl/3rdparty/Megatron-LM-workspace/Megatron-LM)
+    on_path=(nemo-rl nemo-rl/3rdparty/Megatron-Bridge-workspace/Megatron-Bridge/src nemo-rl/3rdparty/Megatron-LM-workspace/Megatron-LM)
+    lock=nemo-rl/uv.lock
+    # What NeMo RL's Megatron -> HF converter imports (examples/converters/convert_megatron_to_hf.py:
+    # nemo_rl.models.megatron.community_import, megatron.bridge's AutoBridge and training.model_load_save,
+    # megatron-core's dist checkpointing): the default venv's libraries, which the extra keeps, and the
+    # registry packages of the two workspaces' own dependencies (the lock's megatron-bridge and megatron-core).
+    packages=("ray[default]" transformers tokenizers huggingface-hub safetensors omegaconf hydra-core pyyaml numpy
+              datasets math-verify wandb tensorboard torchdata nvidia-ml-py rich colored accelerate pyzmq uvicorn
+              fastapi mlflow swanlab einops six regex tqdm packaging sentencepiece tiktoken nvidia-modelopt
+              nvidia-resiliency-ext qwen-vl-utils wrapt zarr nltk flask-restful)
+    extra=()
+    absent=(torchvision)
+    held=()
+    ;;
   nemo)
     # The image's layout (Megatron-Bridge's docker/Dockerfile.ci): NVIDIA's PyTorch image (torch from its
     # system Python), /opt/venv made with --system-site-packages and `uv sync --locked --all-extras
@@ -88,7 +114,7 @@ case "$twin" in
     absent=(torchvision)
     held=()
     ;;
-  *) echo "twin_venv: no twin of image $twin (nemo-rl, nemo-rl-vllm, nemo)" >&2; exit 2 ;;
+  *) echo "twin_venv: no twin of image $twin (nemo-rl, nemo-rl-vllm, nemo-rl-mcore, nemo)" >&2; exit 2 ;;
 esac
 venv="$root/.venv-$twin"
 for a in "${archives[@]}"; do
