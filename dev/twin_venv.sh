@@ -87,6 +87,7 @@ case "$twin" in
               fastapi mlflow swanlab einops six regex tqdm packaging sentencepiece tiktoken nvidia-modelopt
               nvidia-resiliency-ext qwen-vl-utils wrapt zarr nltk flask-restful)
     extra=()
+    # NeMo RL's own dependencies ask for it, a build for the CUDA torch: kept out (dev/twin_standins.txt).
     absent=(torchvision)
     held=()
     ;;
