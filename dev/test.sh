@@ -34,6 +34,7 @@ step twin "$root/dev/twin_venv.sh" & twin=$!   # the nemo-rl image's Python, CPU
 step twin_nemo "$root/dev/twin_venv.sh" nemo & twin_nemo=$!   # the nemo image's Python, CPU twin (tests/twins/)
 step twin_vllm "$root/dev/twin_venv.sh" nemo-rl-vllm & twin_vllm=$!   # the nemo-rl image's vLLM worker Python, CPU twin
 step twin_nemotron "$root/dev/twin_venv.sh" nemotron & twin_nemotron=$!   # Nemotron's nano3 data prep's Python (cosmos-xenna on Ray)
+step twin_mcore "$root/dev/twin_venv.sh" nemo-rl-mcore & twin_mcore=$!   # the nemo-rl image's Megatron worker Python, CPU twin
 # Debian packages: chromium + graphviz for the report tests; Charliecloud, the registry, skopeo and
 # mmdebstrap for the container tests (none is skipped). Then side by side: the real Slurm cluster the
 # Slurm tests run against; the local TLS registry and the image's Debian base (dev/containers/).
@@ -55,6 +56,7 @@ wait "$twin" || failed=1
 wait "$twin_nemo" || failed=1
 wait "$twin_vllm" || failed=1
 wait "$twin_nemotron" || failed=1
+wait "$twin_mcore" || failed=1
 twin_images=
 [ "$failed" = 0 ] && { step twin_images sh -c '"$1" nemo-rl && "$1" nemo' sh "$root/dev/containers/twin_image.sh" & twin_images=$!; }
 for p in "$bridge" $slurm $image $twin_images; do wait "$p" || failed=1; done

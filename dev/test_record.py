@@ -25,7 +25,7 @@ from runtime.cpu import cpu_kernels  # noqa: E402
 
 #: The CPU twins' tests (JUnit classnames) and set-up steps (dev/test.sh's names).
 TWIN_TESTS = ("tests.twins.", "tests.slurm.test_twins_on_slurm")
-TWIN_STEPS = ("twin", "twin_vllm", "twin_nemo", "twin_nemotron", "twin_images")
+TWIN_STEPS = ("twin", "twin_vllm", "twin_mcore", "twin_nemo", "twin_nemotron", "twin_images")
 SUMMARY = re.compile(r"^=+ (.*\b(?:passed|failed|error|errors|skipped|no tests ran)\b.*) =+$")
 
 

@@ -12,6 +12,10 @@
 #   dev/twin_venv.sh nemo-rl-vllm   .venv-nemo-rl-vllm: the same nemo-rl image's vLLM worker venv
 #                                (/opt/ray_venvs/nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker,
 #                                run as /usr/local/bin/python-VllmGenerationWorker), NeMo RL 823fcc904
+#   dev/twin_venv.sh nemo-rl-mcore  .venv-nemo-rl-mcore: the same image's Megatron policy worker venv
+#                                (/opt/ray_venvs/nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker,
+#                                run as /usr/local/bin/python-MegatronPolicyWorker), NeMo RL 823fcc904 with its
+#                                Megatron-Bridge 079d5a94e and megatron-core terrykong/Megatron-LM@29e426c01
 #   dev/twin_venv.sh nemotron    .venv-nemotron: the Python Nemotron e27b371's nano3 data prep runs in
 #                                (its runspec: anyscale/ray:2.49.2-py312, `uv run --extra xenna`); the kit ships
 #                                no lock, so its versions are dev/twin_nemotron.txt's, not an upstream lock's
@@ -67,6 +71,29 @@ case "$twin" in
     # takes 3.5.0, and without the hold xgrammar pulls the newest.
     held=(torch==2.13.0 triton==3.5.0)
     ;;
+  nemo-rl-mcore)
+    # prefetch_venvs.py's venv for the Megatron policy worker: `uv sync --locked --extra mcore` in /opt/nemo-rl,
+    # which installs NeMo RL, its Megatron-Bridge and Megatron-LM submodules (3rdparty/*-workspace) editable:
+    # the three trees on the path, where the image's checkout has them. The extra's Transformer Engine,
+    # flash-attn and vLLM are CUDA builds: absent (dev/twin_standins.txt); nothing of the extra's own pulls
+    # them in here, since the two workspaces are on the path, not installed.
+    archives=(nemo-rl-823fcc904.tar.gz megatron-bridge-079d5a94e.tar.gz megatron-lm-29e426c01.tar.gz)
+    checkouts=(nemo-rl nemo-rl/3rdparty/Megatron-Bridge-workspace/Megatron-Bridge nemo-rl/3rdparty/Megatron-LM-workspace/Megatron-LM)
+    on_path=(nemo-rl nemo-rl/3rdparty/Megatron-Bridge-workspace/Megatron-Bridge/src nemo-rl/3rdparty/Megatron-LM-workspace/Megatron-LM)
+    lock=nemo-rl/uv.lock
+    # What NeMo RL's Megatron -> HF converter imports (examples/converters/convert_megatron_to_hf.py:
+    # nemo_rl.models.megatron.community_import, megatron.bridge's AutoBridge and training.model_load_save,
+    # megatron-core's dist checkpointing): the default venv's libraries, which the extra keeps, and the
+    # registry packages of the two workspaces' own dependencies (the lock's megatron-bridge and megatron-core).
+    packages=("ray[default]" transformers tokenizers huggingface-hub safetensors omegaconf hydra-core pyyaml numpy
+              datasets math-verify wandb tensorboard torchdata nvidia-ml-py rich colored accelerate pyzmq uvicorn
+              fastapi mlflow swanlab einops six regex tqdm packaging sentencepiece tiktoken nvidia-modelopt
+              nvidia-resiliency-ext qwen-vl-utils wrapt zarr nltk flask-restful)
+    extra=()
+    # NeMo RL's own dependencies ask for it, a build for the CUDA torch: kept out (dev/twin_standins.txt).
+    absent=(torchvision)
+    held=()
+    ;;
   nemo)
     # The image's layout (Megatron-Bridge's docker/Dockerfile.ci): NVIDIA's PyTorch image (torch from its
     # system Python), /opt/venv made with --system-site-packages and `uv sync --locked --all-extras
@@ -102,7 +129,7 @@ case "$twin" in
     lock=
     pinned="$root/dev/twin_nemotron.txt"
     ;;
-  *) echo "twin_venv: no twin of image $twin (nemo-rl, nemo-rl-vllm, nemo, nemotron)" >&2; exit 2 ;;
+  *) echo "twin_venv: no twin of image $twin (nemo-rl, nemo-rl-vllm, nemo-rl-mcore, nemo, nemotron)" >&2; exit 2 ;;
 esac
 venv="$root/.venv-$twin"
 for a in "${archives[@]}"; do

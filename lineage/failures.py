@@ -161,6 +161,8 @@ def classify(facts: Facts) -> str:
 
 #: A traceback's frame line: `  File "PATH", line N, in NAME`.
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+#: What torch prefixes each line of an uncaught exception with in a process that joined a process group.
+_RANK = re.compile(r"^\[rank\d+\]: ")
 
 
 def gpu_boundary(lines) -> dict | None:
@@ -171,8 +173,10 @@ def gpu_boundary(lines) -> dict | None:
     from the library's top package on, e.g. nemo_rl/distributed/virtual_cluster.py; when torch itself
     refuses, the last frame outside torch, the library's line that asked torch for CUDA, e.g.
     megatron/bridge/models/model_provider.py), the refusal (`message`) and the exception line
-    (`error`); None when the output ends in no such refusal."""
-    lines = [str(line).rstrip("\n") for line in lines]
+    (`error`); None when the output ends in no such refusal. A traceback torch printed with each line
+    prefixed `[rankN]: ` (a process in a process group: NeMo RL's Megatron converter's gloo one) reads
+    as the plain one."""
+    lines = [_RANK.sub("", str(line).rstrip("\n")) for line in lines]
     tracebacks = [_traceback(lines, i) for i, line in enumerate(lines)
                   if line.startswith("Traceback (most recent call last)")]
     tracebacks = [t for t in tracebacks if t]

@@ -32,9 +32,12 @@ case $name in
     commit=823fcc904
     build_args=(NEMO_RL_COMMIT=$commit)
     imports="ray, nemo_rl"
-    # The vLLM generation worker's venv, where NeMo RL keeps it ($NEMO_RL_VENV_DIR/<the actor's class>),
-    # and the command prefetch_venvs.py makes for it: VENV:WHERE:COMMAND
-    workers=("$root/.venv-nemo-rl-vllm:/opt/ray_venvs/nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker:python-VllmGenerationWorker")
+    # The worker venvs, where NeMo RL keeps them ($NEMO_RL_VENV_DIR/<the actor's class>), each with the
+    # command prefetch_venvs.py makes for it and the module it holds that the default venv lacks:
+    # VENV:WHERE:COMMAND:MODULE. The vLLM generation worker's; the Megatron policy worker's (the rl
+    # stage's Megatron -> HF converter runs in it).
+    workers=("$root/.venv-nemo-rl-vllm:/opt/ray_venvs/nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker:python-VllmGenerationWorker:vllm"
+             "$root/.venv-nemo-rl-mcore:/opt/ray_venvs/nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker:python-MegatronPolicyWorker:megatron.bridge")
     ;;
   nemo)      # Megatron-Bridge's docker/Dockerfile.ci: /opt/venv, Bridge at /opt/Megatron-Bridge, its Megatron-LM in 3rdparty/
     venv=$root/.venv-nemo
@@ -105,14 +108,20 @@ done
 version=$(chroot "$rootfs" /usr/bin/python3.11 -c 'import platform; print(platform.python_version())')
 place "$venv" "$python_at"
 for w in "${workers[@]}"; do
-  IFS=: read -r from at command <<<"$w"
-  place "$(cd "$from" && pwd -P)" "$at"
+  IFS=: read -r from at command module <<<"$w"
+  from=$(cd "$from" && pwd -P)
+  place "$from" "$at"
+  # Its checkout over the image's: the same commit, plus the submodules its extra installs editable
+  # (NeMo RL's image has 3rdparty/Megatron-LM-workspace/Megatron-LM and Megatron-Bridge checked out).
+  for pair in "${sources[@]}"; do
+    tar -C "$from/${pair%%:*}" -cf - . | tar -C "$rootfs${pair#*:}" -xf -
+  done
   # The worker's command, as NeMo RL's prefetch_venvs.py makes it in the image: that venv's Python, active.
   printf '#!/bin/sh\nexport VIRTUAL_ENV=%s PATH=%s/bin:"$PATH"\nexec %s/bin/python "$@"\n' "$at" "$at" "$at" \
     >"$rootfs/usr/local/bin/$command"
   chmod 755 "$rootfs/usr/local/bin/$command"
   chroot "$rootfs" env -i PATH=/usr/bin:/bin "/usr/local/bin/$command" -c "import sys, importlib.util as u
-assert sys.prefix == '$at' and u.find_spec('vllm') and u.find_spec('nemo_rl'), sys.prefix
+assert sys.prefix == '$at' and u.find_spec('$module') and u.find_spec('nemo_rl'), sys.prefix
 print('twin: $command is', sys.prefix)"
 done
 "$root/.venv/bin/python" "$here/dockerfile_env.py" "$dockerfile" "${build_args[@]}" >"$build/env"

@@ -241,6 +241,18 @@ def export_command(step_dir: Path, out: Path, megatron: bool = True, repo: Path 
             "--dcp-ckpt-path", str(step_dir / "policy" / "weights"), "--hf-ckpt-path", str(out)]
 
 
+def export(step_dir: Path, out: Path, megatron: bool = True, repo: Path = REPO) -> None:
+    """The step's checkpoint -> HF folder `out`, by NeMo RL's converter (export_command). The Megatron one
+    writes `out` itself and refuses one that exists (community_import.py export_model_from_megatron:
+    FileExistsError unless overwrite=True, which its script never passes): the stage's output folder,
+    fresh or left by an earlier attempt, is removed first."""
+    import shutil
+
+    if megatron and out.exists():
+        shutil.rmtree(out)
+    upstream_run.run(export_command(step_dir, out, megatron=megatron, repo=repo), cwd=repo, env=dict(os.environ))
+
+
 def _placeholders(stage: str, resources: dict, config: dict) -> dict:
     return {"nodes": int(resources.get("nodes", 1)), "gpus_per_node": int(resources.get("gpus_per_node", 0) or 0),
             "run_dir": Path(f"<run {stage}>"), "wandb": (config.get("tracking", {}) or {}).get("wandb", "offline")}
@@ -514,8 +526,7 @@ def run_stage(ctx, stage: str = "rl") -> dict[str, Path]:
     if int(steps[-1].name[5:]) < target:
         ctx.requeue()  # stopped at its own deadline before its own end: resume in the next attempt
     out = ctx.output_dir(output)
-    upstream_run.run(export_command(best_step(steps, full["checkpointing"]), out, megatron=megatron, repo=repo), cwd=repo,
-               env=dict(os.environ))
+    export(best_step(steps, full["checkpointing"]), out, megatron=megatron, repo=repo)
     if stage == "rm":
         as_reward_model(out)
     return {output: out}

@@ -146,6 +146,27 @@ def test_torch_refusing_cuda_names_the_library_line_that_asked_for_it(tmp_path):
     assert classify(Facts(log_tail=tuple(p.stderr.splitlines()))) == "gpu_boundary"
 
 
+def test_a_refusal_in_a_process_group_read_through_torchs_rank_prefix(tmp_path):
+    """Inside a torch.distributed process group (NeMo RL's Megatron -> HF converter opens a gloo one:
+    "Export performs on CPU") torch prints an uncaught exception's traceback with every line prefixed
+    `[rank0]: `; the refusal is read through it, as megatron-core's CUDA RNG seed asks torch for CUDA."""
+    import subprocess
+    import sys
+
+    lib = tmp_path / "megatron" / "core"
+    lib.mkdir(parents=True)
+    (lib / "random.py").write_text("import torch\n\n\ndef seed():\n    torch.cuda.get_rng_state()\n")
+    code = ("import torch.distributed as d\nd.init_process_group('gloo', init_method='tcp://127.0.0.1:29537', rank=0, "
+            "world_size=1)\nfrom megatron.core import random\nrandom.seed()\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    assert p.returncode == 1 and "[rank0]: Traceback (most recent call last)" in p.stderr, p.stderr[-2000:]
+    got = gpu_boundary(p.stderr.splitlines())
+    assert got is not None, p.stderr[-2000:]
+    assert (got["file"], got["line"]) == ("megatron/core/random.py", 5)
+    assert classify(Facts(log_tail=tuple(p.stderr.splitlines()))) == "gpu_boundary"
+
+
 #: An eval engine's output (stages/eval.py _engine_process) in the nemo-rl image's vLLM twin on this machine
 #: (dev/twin_venv.sh nemo-rl-vllm: vLLM 0.11.2's CUDA wheel, no GPU), captured; {root} is the checkout.
 VLLM_NO_GPU = (Path(__file__).parents[1] / "fixtures" / "vllm" / "engine_without_gpu.log").read_text().splitlines()

@@ -1,8 +1,8 @@
 """Each twin holds its image's versions: every library the job's path imports there is at the version of
 the image's own uv.lock (NeMo RL 823fcc904's for nemo-rl, Megatron-Bridge 1cedb0a9c's for nemo), read from
 the lock, not restated; the only exceptions are the stand-ins and absences dev/twin_standins.txt lists
-(torch: a CPU build; Transformer Engine: none). The nemo-rl image's vLLM worker venv is a twin of its own
-(nemo-rl-vllm), with the same NeMo RL lock."""
+(torch: a CPU build; Transformer Engine: none). The nemo-rl image's vLLM and Megatron worker venvs are
+twins of their own (nemo-rl-vllm, nemo-rl-mcore), with the same NeMo RL lock."""
 from __future__ import annotations
 
 import re
@@ -17,7 +17,7 @@ TOOL = ROOT / "dev" / "twin_lock.py"
 sys.path.insert(0, str(TOOL.parent))
 #: A library of each twin and another version to plant in a copy of its lock.
 PLANT = {"nemo-rl": ("ray", "2.49.2", "2.52.0"), "nemo-rl-vllm": ("vllm", "0.11.2", "0.11.1"),
-         "nemo": ("transformers", "4.57.1", "4.57.3")}
+         "nemo-rl-mcore": ("nvidia-modelopt", "0.39.0", "0.37.0"), "nemo": ("transformers", "4.57.1", "4.57.3")}
 twins = pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.image)
 
 

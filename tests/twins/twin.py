@@ -1,5 +1,6 @@
 """The CPU twins of NVIDIA's images' Pythons (dev/twin_venv.sh): .venv-nemo-rl (the nemo-rl image's default
-venv), .venv-nemo-rl-vllm (the same image's vLLM worker venv, python-VllmGenerationWorker) and .venv-nemo (the
+venv), .venv-nemo-rl-vllm (the same image's vLLM worker venv, python-VllmGenerationWorker), .venv-nemo-rl-mcore
+(its Megatron policy worker venv, python-MegatronPolicyWorker) and .venv-nemo (the
 nemo image's /opt/venv): where they are, and running this project's code in one as a job in that image would
 (our runtime bundle on the path, nothing else of ours)."""
 from __future__ import annotations
@@ -115,8 +116,10 @@ EXECUTE = ("import sys, runtime.bootstrap as boot\nboot.use_bundle()\nfrom runti
 NEMO_RL_TWIN = Twin("nemo-rl", ROOT / ".venv-nemo-rl", ROOT / ".venv-nemo-rl" / "nemo-rl", "docker/Dockerfile")
 NEMO_RL_VLLM_TWIN = Twin("nemo-rl-vllm", ROOT / ".venv-nemo-rl-vllm", ROOT / ".venv-nemo-rl-vllm" / "nemo-rl",
                          "docker/Dockerfile")
+NEMO_RL_MCORE_TWIN = Twin("nemo-rl-mcore", ROOT / ".venv-nemo-rl-mcore", ROOT / ".venv-nemo-rl-mcore" / "nemo-rl",
+                          "docker/Dockerfile")
 NEMO_TWIN = Twin("nemo", ROOT / ".venv-nemo", ROOT / ".venv-nemo" / "Megatron-Bridge", "docker/Dockerfile.ci")
-TWINS = (NEMO_RL_TWIN, NEMO_RL_VLLM_TWIN, NEMO_TWIN)
+TWINS = (NEMO_RL_TWIN, NEMO_RL_VLLM_TWIN, NEMO_RL_MCORE_TWIN, NEMO_TWIN)
 # The nemo-rl twin's, by the names its tests use.
 VENV, PY, NEMO_RL, LOCK = NEMO_RL_TWIN.venv, NEMO_RL_TWIN.py, NEMO_RL_TWIN.checkout, NEMO_RL_TWIN.lock
 require, image_env, run = NEMO_RL_TWIN.require, NEMO_RL_TWIN.image_env, NEMO_RL_TWIN.run
