@@ -8,7 +8,6 @@ the export ends there, recorded as the GPU boundary at megatron-core's line."""
 from __future__ import annotations
 
 import ast
-import subprocess
 from pathlib import Path
 
 import pytest
