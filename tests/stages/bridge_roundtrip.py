@@ -9,6 +9,7 @@ import time
 t0 = time.time()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bridge_cpu  # noqa: E402  (before megatron.bridge)
+from megatron_local import cpu_model  # noqa: E402
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
@@ -30,18 +31,7 @@ def main():
     patched = bridge_cpu.answer_cuda_queries()
     bridge_cpu.single_process_group()
     from megatron.bridge import AutoBridge
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    bridge = AutoBridge.from_hf_pretrained(hf, torch_dtype=torch.float32)
-    provider = bridge.to_megatron_provider(load_weights=True)
-    provider.transformer_layer_spec = get_gpt_layer_local_spec()
-    # Fusions need TE or CUDA kernels (the literal import_ckpt fails on apply_rope_fusion): off on CPU.
-    for k in ("apply_rope_fusion", "gradient_accumulation_fusion", "bias_activation_fusion", "masked_softmax_fusion",
-              "persist_layer_norm", "bias_dropout_fusion", "bf16", "fp16"):
-        if hasattr(provider, k):
-            setattr(provider, k, False)
-    provider.params_dtype = torch.float32
-    provider.finalize()
-    mm = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
+    bridge, mm = cpu_model(hf)    # the fusions need TE or CUDA kernels (the literal import_ckpt fails on apply_rope_fusion): off
     from megatron.core.tensor_parallel.random import initialize_rng_tracker
     initialize_rng_tracker(inference_rng_tracker=True)      # no CUDA RNG states to fork
     ids = torch.randint(3, 512, (2, 24), generator=torch.Generator().manual_seed(1))

@@ -13,6 +13,9 @@ from pathlib import Path
 import torch
 import yaml
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "stages"))
+from megatron_local import cpu_model  # noqa: E402
+
 CUDA_ANSWERS = {"get_rng_state": lambda *a, **k: torch.zeros(16, dtype=torch.uint8),   # bridge_cpu.answer_cuda_queries
                 "synchronize": lambda *a, **k: None, "current_device": lambda: "cpu"}
 
@@ -27,19 +30,7 @@ def main():
     os.environ.setdefault("MASTER_PORT", "29533")
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
     parallel_state.initialize_model_parallel()
-    from megatron.bridge import AutoBridge
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-
-    bridge = AutoBridge.from_hf_pretrained(hf, torch_dtype=torch.float32)
-    provider = bridge.to_megatron_provider(load_weights=True)
-    provider.transformer_layer_spec = get_gpt_layer_local_spec()
-    for k in ("apply_rope_fusion", "gradient_accumulation_fusion", "bias_activation_fusion", "masked_softmax_fusion",
-              "persist_layer_norm", "bias_dropout_fusion", "bf16", "fp16"):
-        if hasattr(provider, k):
-            setattr(provider, k, False)
-    provider.params_dtype = torch.float32
-    provider.finalize()
-    mm = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
+    bridge, mm = cpu_model(hf)
     weights = step / "policy" / "weights"
     bridge.save_megatron_model(mm, str(weights))
     (step / "config.yaml").write_text(yaml.safe_dump({"policy": {"model_name": hf, "tokenizer": {"name": hf},
